@@ -1,0 +1,63 @@
+"""Cluster descriptions: the ``[[nodes]]`` TOML format of DESIGN.md.
+
+.. code-block:: toml
+
+    [[nodes]]
+    count = 16          # how many identical servers
+    gpus = 8
+    gpu_type = "v100"
+    cpus = 24
+    mem_gb = 500
+    name_prefix = "n"   # optional; servers are named n1, n2, ...
+    intra_gbps = 300    # optional: GPU-to-GPU bandwidth inside a server
+    inter_gbps = 100    # optional: network bandwidth between servers
+
+Node names are ``<name_prefix><i>`` with ``i`` counting from 1 per prefix across all
+groups that share it, so two groups with the default prefix never collide.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from typing import Any
+
+from planner.errors import ClusterError
+from planner.fields import Fields
+from planner.model import Node
+
+_NODE_KEYS = ("count", "gpus", "gpu_type", "cpus", "mem_gb", "name_prefix", "intra_gbps", "inter_gbps")
+
+
+def cluster_from_toml(text: str, source: str = "cluster") -> tuple[Node, ...]:
+    """Parse cluster TOML text into nodes (no file access: the caller reads the file)."""
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ClusterError(f"{source}: not valid TOML: {e}") from e
+    return cluster_from_mapping(document, source)
+
+
+def cluster_from_mapping(document: Any, source: str = "cluster") -> tuple[Node, ...]:
+    top = Fields(document, source, ClusterError)
+    top.only(["nodes", "name", "description"])
+    groups = top.req_list("nodes")
+    if not groups:
+        top.fail_key("nodes", "needs at least one [[nodes]] table")
+    nodes: list[Node] = []
+    next_index: dict[str, int] = {}
+    for i, raw in enumerate(groups):
+        f = Fields(raw, f"{source}: nodes[{i}]", ClusterError)
+        f.only(_NODE_KEYS)
+        count = f.req_int("count", minimum=1)
+        prefix = f.opt_str("name_prefix") or "n"
+        gpus = f.req_int("gpus", minimum=1)
+        cpus = f.req_int("cpus", minimum=1)
+        mem_gb = f.req_float("mem_gb", minimum=0.0)
+        gpu_type = f.req_str("gpu_type").lower()
+        intra = f.opt_float("intra_gbps", minimum=0.0)
+        inter = f.opt_float("inter_gbps", minimum=0.0)
+        start = next_index.get(prefix, 1)
+        for k in range(count):
+            nodes.append(Node(f"{prefix}{start + k}", gpus, gpu_type, cpus, mem_gb, intra, inter))
+        next_index[prefix] = start + count
+    return tuple(nodes)

@@ -1,0 +1,246 @@
+"""The planner's data model: nodes, jobs, assignments, snapshots and round plans.
+
+Everything here is a frozen dataclass: one state in (:class:`Snapshot`), one decision
+out (:class:`RoundPlan`). The JSON form of these types is the contract in DESIGN.md;
+:mod:`planner.codec` converts between the two and validates untrusted input.
+
+Conventions
+-----------
+* A GPU is addressed by a :data:`GpuSlot` ``(node name, node-local GPU index)``.
+* ``Assignment.cpus`` and ``Assignment.mem_gb`` are totals for the job. A job that
+  spans nodes gets them on each node in proportion to its GPUs there
+  (:meth:`Assignment.node_shares`), the rule Synergy uses for split jobs (§4.2).
+* Times are seconds; ``time_s`` in a snapshot is the planner's "now".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+GpuSlot = tuple[str, int]
+"""A physical GPU: ``(node name, GPU index on that node)``."""
+
+
+class JobState(StrEnum):
+    """Where a job stands when the snapshot is taken."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One server: its GPUs (all of one type), CPUs and memory."""
+
+    name: str
+    gpus: int
+    gpu_type: str
+    cpus: int
+    mem_gb: float
+    intra_gbps: float | None = None
+    inter_gbps: float | None = None
+
+    @property
+    def cpus_per_gpu(self) -> float:
+        return self.cpus / self.gpus if self.gpus else 0.0
+
+    @property
+    def mem_gb_per_gpu(self) -> float:
+        return self.mem_gb / self.gpus if self.gpus else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """Where and with what a job runs this round.
+
+    ``gpus`` is kept sorted so two assignments of the same GPU set compare equal.
+    ``plan`` is the execution plan the job runs with (``None``: as submitted) and
+    ``shares_with`` lists jobs that share at least one of these GPUs.
+    """
+
+    gpus: tuple[GpuSlot, ...]
+    cpus: int
+    mem_gb: float
+    plan: Mapping[str, Any] | None = None
+    shares_with: tuple[str, ...] = ()
+    per_node: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)
+    """GPU count per node, in node-name order (derived from ``gpus``)."""
+
+    def __post_init__(self) -> None:
+        gpus = self.gpus
+        if any(gpus[k] > gpus[k + 1] for k in range(len(gpus) - 1)):
+            gpus = tuple(sorted(gpus))
+            object.__setattr__(self, "gpus", gpus)
+        counts: dict[str, int] = {}
+        for node, _ in gpus:
+            counts[node] = counts.get(node, 0) + 1
+        object.__setattr__(self, "per_node", tuple(counts.items()))
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self.gpus)
+
+    def gpus_per_node(self) -> dict[str, int]:
+        """GPU count per node, in node-name order."""
+        return dict(self.per_node)
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(node for node, _ in self.per_node)
+
+    def node_shares(self) -> tuple[tuple[str, int, float], ...]:
+        """(node, CPUs, memory GB) this job holds on each of its nodes.
+
+        Proportional to the job's GPUs there. CPUs are split with the remainder going
+        to the first nodes in name order, so the per-node integers add up to ``cpus``.
+        """
+        if len(self.per_node) == 1:
+            return ((self.per_node[0][0], self.cpus, self.mem_gb),)
+        total = len(self.gpus)
+        cpus = [self.cpus * g // total for _, g in self.per_node]
+        for k in range(self.cpus - sum(cpus)):
+            cpus[k] += 1
+        return tuple(
+            (node, c, self.mem_gb * g / total) for (node, g), c in zip(self.per_node, cpus, strict=True)
+        )
+
+    def share_on(self, node: str) -> tuple[int, float]:
+        """(CPUs, memory GB) this job holds on ``node`` (see :meth:`node_shares`)."""
+        for name, cpus, mem in self.node_shares():
+            if name == node:
+                return cpus, mem
+        return 0, 0.0
+
+    def same_resources(self, other: Assignment) -> bool:
+        """True when the job would not notice a difference (no relaunch needed)."""
+        return (
+            self.gpus == other.gpus
+            and self.cpus == other.cpus
+            and abs(self.mem_gb - other.mem_gb) < 1e-6
+            and (self.plan or None) == (other.plan or None)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A training job as the planner sees it at one instant.
+
+    Fields beyond the DESIGN.md minimum are optional knowledge a scheduler may use:
+    ``duration_s`` (isolated run time, SJF/FTF), ``remaining_s`` (SRTF),
+    ``pending_since_s`` (when it last became pending: Tiresias starvation promotion),
+    ``gpu_type`` (a requested GPU type), ``tenant``/``guaranteed``/``deadline_s``
+    (quotas and SLAs), ``plan`` (submitted execution plan) and ``preemptible``.
+    ``policy_state`` is what the scheduling policy attached to the job in the previous
+    round (e.g. its Tiresias queue); the world keeps it and hands it back unchanged.
+    """
+
+    id: str
+    num_gpus: int
+    model: str
+    submit_time_s: float
+    state: JobState = JobState.PENDING
+    attained_gpu_s: float = 0.0
+    progress: float | None = None
+    remaining_s: float | None = None
+    duration_s: float | None = None
+    batch_size: int | None = None
+    tenant: str | None = None
+    guaranteed: bool = False
+    deadline_s: float | None = None
+    gpu_type: str | None = None
+    plan: Mapping[str, Any] | None = None
+    preemptible: bool = True
+    restarts: int = 0
+    pending_since_s: float | None = None
+    assignment: Assignment | None = None
+    policy_state: Mapping[str, Any] | None = None
+
+    @property
+    def is_running(self) -> bool:
+        return self.state is JobState.RUNNING and self.assignment is not None
+
+    def waiting_since(self) -> float:
+        """When the job last became pending (its submission if it never ran)."""
+        return self.submit_time_s if self.pending_since_s is None else self.pending_since_s
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The cluster and its queue at ``time_s``: everything a round is planned from."""
+
+    time_s: float
+    nodes: tuple[Node, ...]
+    jobs: tuple[Job, ...]
+    _nodes_by_name: Mapping[str, Node] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_nodes_by_name", MappingProxyType({n.name: n for n in self.nodes}))
+
+    def node(self, name: str) -> Node:
+        return self._nodes_by_name[name]
+
+    @property
+    def nodes_by_name(self) -> Mapping[str, Node]:
+        return self._nodes_by_name
+
+    def has_node(self, name: str) -> bool:
+        return name in self._nodes_by_name
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes)
+
+
+class Outcome(StrEnum):
+    """Why a job is (or is not) in this round's assignments.
+
+    ``Unschedulable`` outcomes are data, not errors (STYLE.md): the job waits.
+    """
+
+    KEPT = "kept"  # runs on exactly the GPUs it had
+    PLACED = "placed"  # starts (it was pending)
+    MOVED = "moved"  # keeps running on other GPUs (a migration)
+    NO_CAPACITY = "no-capacity"  # not enough free GPUs after higher-priority jobs
+    NO_CONSOLIDATED_SLOT = "no-consolidated-slot"  # enough GPUs, but not on one node
+    NO_GPU_TYPE = "no-gpu-type"  # no node of the requested GPU type
+    INFEASIBLE = "infeasible"  # can never fit this cluster as described
+    BLOCKED = "blocked"  # an earlier job waits and the policy does not backfill
+
+    @property
+    def runs(self) -> bool:
+        return self in (Outcome.KEPT, Outcome.PLACED, Outcome.MOVED)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundPlan:
+    """The decision for one round.
+
+    A job absent from ``assignments`` does not run this round. ``preempted`` ran before
+    and stops; ``migrated`` keeps running on a different GPU set (Tesserae's
+    definition); ``started`` was pending and starts; ``reshaped`` keeps its GPUs but
+    changes CPUs, memory or plan (a relaunch). ``order`` is the priority order and
+    ``reasons`` says, for every job in the snapshot, why it is where it is.
+    ``stage_times_s`` breaks ``decision_time_s`` down per stage when a clock was given.
+    ``policy_state`` is per-job policy state to store and hand back in the next
+    snapshot (the planner itself remembers nothing between rounds).
+    """
+
+    assignments: Mapping[str, Assignment]
+    preempted: tuple[str, ...] = ()
+    migrated: tuple[str, ...] = ()
+    started: tuple[str, ...] = ()
+    reshaped: tuple[str, ...] = ()
+    order: tuple[str, ...] = ()
+    reasons: Mapping[str, Outcome] = field(default_factory=dict)
+    decision_time_s: float = 0.0
+    stage_times_s: Mapping[str, float] = field(default_factory=dict)
+    policy_state: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def relaunched(self) -> tuple[str, ...]:
+        """Jobs whose processes restart this round (migration or reshape)."""
+        return self.migrated + self.reshaped

@@ -1,0 +1,108 @@
+"""Reading profile documents (``mosaic-profiles/1``), the format in ``profiles/README.md``.
+
+A site adds or overrides models with a JSON file of its own measurements; errors name
+the model and the key at fault.
+"""
+
+from __future__ import annotations
+
+import json
+from itertools import pairwise
+from typing import Any
+
+from planner.errors import ProfileError
+from planner.fields import Fields
+from profiles.schema import Profile, SensitivityMatrix, ThroughputKey, plan_key
+
+FORMAT = "mosaic-profiles/1"
+_MODEL_KEYS = (
+    "task",
+    "aliases",
+    "batch_size",
+    "throughput",
+    "sensitivity",
+    "ideal_cpus_per_gpu",
+    "ideal_mem_gb_per_gpu",
+    "source",
+)
+_POINT_KEYS = ("gpu_type", "num_gpus", "batch_size", "consolidated", "plan", "steps_per_s")
+
+
+def profiles_from_document(document: Any, source: str = "profiles") -> dict[str, Profile]:
+    """Parse a profile document (parsed JSON, or JSON text) into profiles by name."""
+    if isinstance(document, str | bytes):
+        try:
+            document = json.loads(document)
+        except json.JSONDecodeError as e:
+            raise ProfileError(f"{source}: not valid JSON: {e}") from e
+    top = Fields(document, source, ProfileError)
+    top.only(["format", "models", "_doc"])
+    if top.req_str("format") != FORMAT:
+        top.fail_key("format", f"expected {FORMAT!r}, got {top.data['format']!r}")
+    models = top.opt_object("models")
+    if models is None:
+        top.fail("missing required key 'models'")
+    return {str(name): _profile(str(name), raw, f"{source}: model '{name}'") for name, raw in models.items()}
+
+
+def _profile(name: str, raw: Any, where: str) -> Profile:
+    f = Fields(raw, where, ProfileError)
+    f.only(_MODEL_KEYS)
+    aliases = f.data.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        f.fail_key("aliases", f"expected a list of names, got {aliases!r}")
+    throughput: dict[ThroughputKey, float] = {}
+    for i, point in enumerate(f.data.get("throughput", [])):
+        p = Fields(point, f"{where}: throughput[{i}]", ProfileError)
+        p.only(_POINT_KEYS)
+        key = ThroughputKey(
+            gpu_type=p.req_str("gpu_type").lower(),
+            num_gpus=p.req_int("num_gpus", minimum=1),
+            batch_size=p.opt_int("batch_size", minimum=1),
+            consolidated=p.flag("consolidated", True),
+            plan=plan_key(p.opt_object("plan")),
+        )
+        throughput[key] = p.req_float("steps_per_s", minimum=0.0)
+    sensitivity = None
+    raw_sens = f.opt_object("sensitivity")
+    if raw_sens is not None:
+        sensitivity = _sensitivity(Fields(raw_sens, f"{where}: sensitivity", ProfileError))
+    source = f.opt_str("source")
+    return Profile(
+        name=name,
+        task=f.opt_str("task") or "unknown",
+        aliases=tuple(aliases),
+        batch_size=f.opt_int("batch_size", minimum=1),
+        throughput=throughput,
+        sensitivity=sensitivity,
+        ideal_cpus_per_gpu=f.opt_float("ideal_cpus_per_gpu", minimum=0.0),
+        ideal_mem_gb_per_gpu=f.opt_float("ideal_mem_gb_per_gpu", minimum=0.0),
+        sources=(source,) if source else (),
+    )
+
+
+def _axis(f: Fields, key: str) -> tuple[float, ...]:
+    values = f.req_list(key)
+    if not values or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        f.fail_key(key, f"expected a non-empty list of numbers, got {values!r}")
+    axis = tuple(float(v) for v in values)
+    if any(b <= a for a, b in pairwise(axis)):
+        f.fail_key(key, f"must be strictly increasing, got {list(axis)}")
+    return axis
+
+
+def _sensitivity(f: Fields) -> SensitivityMatrix:
+    f.only(["cpus_per_gpu", "mem_gb_per_gpu", "throughput"])
+    rows = _axis(f, "cpus_per_gpu")
+    cols = _axis(f, "mem_gb_per_gpu")
+    matrix = f.req_list("throughput")
+    if len(matrix) != len(rows):
+        f.fail_key("throughput", f"has {len(matrix)} rows, expected one per cpus_per_gpu value ({len(rows)})")
+    values = []
+    for i, row in enumerate(matrix):
+        if not isinstance(row, list) or len(row) != len(cols):
+            f.fail_key("throughput", f"row {i} must list {len(cols)} numbers (one per mem_gb_per_gpu value)")
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in row):
+            f.fail_key("throughput", f"row {i} must hold non-negative numbers, got {row!r}")
+        values.append(tuple(float(v) for v in row))
+    return SensitivityMatrix(rows, cols, tuple(values))

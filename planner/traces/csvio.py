@@ -1,0 +1,171 @@
+"""The trace CSV format (DESIGN.md).
+
+Required columns: ``job_id,submit_time_s,num_gpus,duration_s,model``. Optional:
+``batch_size, iterations, gpu_type, tenant, guaranteed, deadline_s, plan`` (``plan`` is
+a JSON object). Other columns are carried by the file but ignored here. Empty optional
+cells mean "not given". Every error names the source, the line and the column.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from planner.errors import TraceError
+from planner.traces.records import TraceJob
+
+REQUIRED_COLUMNS = ("job_id", "submit_time_s", "num_gpus", "duration_s", "model")
+OPTIONAL_COLUMNS = ("batch_size", "iterations", "gpu_type", "tenant", "guaranteed", "deadline_s", "plan")
+TRACE_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
+
+_TRUE = {"1", "true", "yes", "y", "t"}
+_FALSE = {"0", "false", "no", "n", "f", ""}
+
+
+class _Row:
+    __slots__ = ("line", "row", "source")
+
+    def __init__(self, row: dict[str, str | None], source: str, line: int) -> None:
+        self.row = row
+        self.source = source
+        self.line = line
+
+    def fail(self, column: str, message: str) -> TraceError:
+        return TraceError(f"{self.source}:{self.line}: column '{column}': {message}")
+
+    def cell(self, column: str) -> str:
+        value = self.row.get(column)
+        return "" if value is None else value.strip()
+
+    def required(self, column: str) -> str:
+        value = self.cell(column)
+        if not value:
+            raise self.fail(column, "is empty")
+        return value
+
+    def number(self, column: str, *, required: bool, minimum: float | None = None) -> float | None:
+        text = self.required(column) if required else self.cell(column)
+        if not text:
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            raise self.fail(column, f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise self.fail(column, f"expected a finite number, got {text!r}")
+        if minimum is not None and value < minimum:
+            raise self.fail(column, f"expected a number >= {minimum:g}, got {text!r}")
+        return value
+
+    def integer(self, column: str, *, required: bool, minimum: int) -> int | None:
+        value = self.number(column, required=required)
+        if value is None:
+            return None
+        if not value.is_integer() or value < minimum:
+            raise self.fail(column, f"expected an integer >= {minimum}, got {self.cell(column)!r}")
+        return int(value)
+
+
+def parse_trace(text: str, source: str = "trace") -> tuple[TraceJob, ...]:
+    """Parse trace CSV text. Rows keep their file order; job ids must be unique."""
+    reader = csv.DictReader(io.StringIO(text))
+    header = reader.fieldnames
+    if not header:
+        raise TraceError(f"{source}: empty file (expected a header with {', '.join(REQUIRED_COLUMNS)})")
+    header = [h.strip() for h in header]
+    reader.fieldnames = header
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise TraceError(
+            f"{source}:1: missing required column(s) {', '.join(missing)}; the header has {', '.join(header)}"
+        )
+    jobs: list[TraceJob] = []
+    seen: dict[str, int] = {}
+    for row in reader:
+        line = reader.line_num
+        if None in row:  # more cells than header columns
+            raise TraceError(f"{source}:{line}: more cells than the header has columns")
+        r = _Row(row, source, line)
+        job_id = r.required("job_id")
+        if job_id in seen:
+            raise r.fail("job_id", f"duplicate job id {job_id!r} (first on line {seen[job_id]})")
+        seen[job_id] = line
+        duration = r.number("duration_s", required=True, minimum=0.0)
+        assert duration is not None
+        if duration <= 0:
+            raise r.fail("duration_s", f"expected a positive duration, got {r.cell('duration_s')!r}")
+        jobs.append(
+            TraceJob(
+                job_id=job_id,
+                submit_time_s=r.number("submit_time_s", required=True, minimum=0.0) or 0.0,
+                num_gpus=r.integer("num_gpus", required=True, minimum=1) or 1,
+                duration_s=duration,
+                model=r.required("model"),
+                batch_size=r.integer("batch_size", required=False, minimum=1),
+                iterations=r.integer("iterations", required=False, minimum=1),
+                gpu_type=r.cell("gpu_type").lower() or None,
+                tenant=r.cell("tenant") or None,
+                guaranteed=_parse_bool(r, "guaranteed"),
+                deadline_s=r.number("deadline_s", required=False),
+                plan=_parse_plan(r),
+            )
+        )
+    return tuple(jobs)
+
+
+def _parse_bool(r: _Row, column: str) -> bool:
+    text = r.cell(column).lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise r.fail(column, f"expected true/false, got {r.cell(column)!r}")
+
+
+def _parse_plan(r: _Row) -> dict[str, Any] | None:
+    text = r.cell("plan")
+    if not text:
+        return None
+    try:
+        plan = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise r.fail("plan", f"not a JSON object: {e}") from None
+    if not isinstance(plan, dict):
+        raise r.fail("plan", f"expected a JSON object, got {text!r}")
+    return plan
+
+
+def format_trace(jobs: Iterable[TraceJob]) -> str:
+    """Render jobs as trace CSV; optional columns appear only when some job uses them."""
+    rows = list(jobs)
+    used = [c for c in OPTIONAL_COLUMNS if any(_optional_value(j, c) != "" for j in rows)]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(list(REQUIRED_COLUMNS) + used)
+    for j in rows:
+        writer.writerow(
+            [j.job_id, _num(j.submit_time_s), j.num_gpus, _num(j.duration_s), j.model]
+            + [_optional_value(j, c) for c in used]
+        )
+    return out.getvalue()
+
+
+def _num(value: float) -> str:
+    return f"{value:.3f}".rstrip("0").rstrip(".") if not float(value).is_integer() else str(int(value))
+
+
+def _optional_value(job: TraceJob, column: str) -> str:
+    value = getattr(job, column)
+    if column == "guaranteed":
+        return "true" if value else ""
+    if column == "plan":
+        return json.dumps(dict(value), sort_keys=True) if value is not None else ""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return _num(value)
+    return str(value)

@@ -1,0 +1,29 @@
+"""One row of a trace."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """A job as a trace describes it.
+
+    ``duration_s`` is the job's isolated run time with the GPU-proportional CPU/memory
+    share and its submitted plan (on ``gpu_type`` when given, else on any GPU type).
+    """
+
+    job_id: str
+    submit_time_s: float
+    num_gpus: int
+    duration_s: float
+    model: str
+    batch_size: int | None = None
+    iterations: int | None = None
+    gpu_type: str | None = None
+    tenant: str | None = None
+    guaranteed: bool = False
+    deadline_s: float | None = None
+    plan: Mapping[str, Any] | None = None

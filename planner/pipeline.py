@@ -1,0 +1,118 @@
+"""One scheduling round: the stages composed, and the plan they produce.
+
+:func:`plan_round` is the function the simulator and the live controller both call.
+It is pure: the only outside input is an optional ``clock`` the caller injects to have
+the decision time (and its per-stage breakdown) measured and recorded in the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from planner.model import Job, Outcome, RoundPlan, Snapshot
+from planner.stages import Draft, Migration, Ordering, Packing, Placement, Reconfiguration, Shaping
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """A composed pipeline (build one with :func:`planner.config.build_scheduler`).
+
+    ``preemptive=False`` keeps every running job running: they go first, on their GPUs,
+    and only pending jobs compete for what is left. A running job that is not
+    ``preemptible`` is kept that way under any policy.
+    """
+
+    name: str
+    ordering: Ordering
+    preemptive: bool
+    placement: Placement
+    shaping: Shaping
+    packing: Packing | None = None
+    reconfiguration: Reconfiguration | None = None
+    migration: Migration | None = None
+    max_jobs_per_gpu: int = 1
+
+
+def plan_round(snapshot: Snapshot, scheduler: Scheduler, clock: Clock | None = None) -> RoundPlan:
+    """Plan one round for ``snapshot`` with ``scheduler``'s stages."""
+    marks: list[tuple[str, float]] = []
+
+    def mark(stage: str) -> None:
+        if clock is not None:
+            marks.append((stage, clock()))
+
+    mark("start")
+    ordered = _protect_running(scheduler.ordering.order(snapshot), scheduler.preemptive)
+    mark("ordering")
+    draft = scheduler.placement.place(snapshot, ordered)
+    mark("placement")
+    if scheduler.packing is not None:
+        draft = scheduler.packing.pack(snapshot, ordered, draft)
+        mark("packing")
+    draft = scheduler.shaping.shape(snapshot, draft)
+    mark("shaping")
+    if scheduler.reconfiguration is not None:
+        draft = scheduler.reconfiguration.reconfigure(snapshot, draft)
+        mark("reconfiguration")
+    if scheduler.migration is not None:
+        draft = scheduler.migration.relabel(snapshot, draft)
+        mark("migration")
+    stage_times = {stage: t - marks[k][1] for k, (stage, t) in enumerate(marks[1:])}
+    total = marks[-1][1] - marks[0][1] if marks else 0.0
+    return finalize(snapshot, ordered, draft, total, stage_times)
+
+
+def _protect_running(ordered: Sequence[Job], preemptive: bool) -> list[Job]:
+    """Running jobs that may not be preempted go first, keeping their relative order."""
+
+    def protected(job: Job) -> bool:
+        return job.is_running and (not preemptive or not job.preemptible)
+
+    first = [j for j in ordered if protected(j)]
+    if not first:
+        return list(ordered)
+    return first + [j for j in ordered if not protected(j)]
+
+
+def finalize(
+    snapshot: Snapshot,
+    ordered: Sequence[Job],
+    draft: Draft,
+    decision_time_s: float = 0.0,
+    stage_times_s: dict[str, float] | None = None,
+) -> RoundPlan:
+    """Turn a finished draft into a RoundPlan: the diff against what runs now, and reasons."""
+    preempted, migrated, started, reshaped = [], [], [], []
+    reasons: dict[str, Outcome] = {}
+    for job in ordered:
+        new = draft.assignments.get(job.id)
+        old = job.assignment if job.is_running else None
+        if new is None:
+            if old is not None:
+                preempted.append(job.id)
+            reasons[job.id] = draft.outcomes.get(job.id, Outcome.NO_CAPACITY)
+        elif old is None:
+            started.append(job.id)
+            reasons[job.id] = Outcome.PLACED
+        elif new.gpus != old.gpus:
+            migrated.append(job.id)
+            reasons[job.id] = Outcome.MOVED
+        else:
+            if not new.same_resources(old):
+                reshaped.append(job.id)
+            reasons[job.id] = Outcome.KEPT
+    return RoundPlan(
+        assignments=dict(draft.assignments),
+        preempted=tuple(preempted),
+        migrated=tuple(migrated),
+        started=tuple(started),
+        reshaped=tuple(reshaped),
+        order=tuple(j.id for j in ordered),
+        reasons=reasons,
+        decision_time_s=decision_time_s,
+        stage_times_s=stage_times_s or {},
+        policy_state={j.id: j.policy_state for j in ordered if j.policy_state is not None},
+    )

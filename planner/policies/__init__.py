@@ -1,0 +1,9 @@
+"""Scheduling policies (the ordering stage) and the baseline placement and shaping stages.
+
+Importing this package registers every built-in component in the registries of
+:mod:`planner.stages`.
+"""
+
+from planner.policies import basic, ftf, placement, shaping, tiresias
+
+__all__ = ["basic", "ftf", "placement", "shaping", "tiresias"]

@@ -1,0 +1,269 @@
+"""Consolidated placement: admission in priority order, as few nodes per job as possible.
+
+Tesserae's placement step (§3, Listing 1 lines 5-12): walk the jobs in priority order
+and place each one that fits, without GPU sharing; a job that does not fit waits and
+the walk goes on (backfilling), unless ``backfill`` is off. A job whose GPUs fit on one
+node is only ever placed on one node (best fit: the node with the fewest free GPUs
+that still fits, to keep large holes for large jobs); a job larger than any node spans
+the fewest nodes that can hold it. Gandiva and Tiresias motivate consolidation: a
+job's all-reduce across servers is much slower than inside one.
+
+Stickiness (Gavel's rule, the baseline Tesserae §4.1 improves on): a running job whose
+GPUs are still free when its turn comes keeps them. To make that likely, GPUs held by
+running jobs not yet visited are *reserved*: a higher-priority job takes free,
+unreserved GPUs first and displaces running jobs only when nothing else fits, and then
+the lowest-priority ones, so a preemption does not cascade into a chain of moves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Self
+
+from planner.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
+from planner.policies.common import options_reader
+from planner.registry import StageContext
+from planner.stages import PLACEMENTS, Draft
+
+_OPEN = 1 << 30  # holder rank of a GPU no running job is waiting to keep
+
+
+class _Board:
+    """GPU occupancy while one round's placement is being built (local, mutable).
+
+    ``holder[i][k]`` is the priority rank (0 = highest) of the best-ranked running job
+    not yet visited that holds GPU k of node i, or ``_OPEN``. When a job must displace
+    running jobs, it takes the GPUs of the lowest-priority holders first.
+    """
+
+    def __init__(self, nodes: Sequence[Node]) -> None:
+        self.nodes = nodes
+        self.index = {n.name: i for i, n in enumerate(nodes)}
+        self.taken = [[False] * n.gpus for n in nodes]
+        self.reserved = [[0] * n.gpus for n in nodes]  # unvisited running jobs holding the GPU
+        self.holder = [[_OPEN] * n.gpus for n in nodes]
+        self.n_free = [n.gpus for n in nodes]
+        self.n_open = [n.gpus for n in nodes]  # free and not reserved
+        self.groups: dict[str, list[int]] = {}
+        for i, n in enumerate(nodes):
+            self.groups.setdefault(n.gpu_type, []).append(i)
+        self.free_by_type = {t: sum(nodes[i].gpus for i in idx) for t, idx in self.groups.items()}
+        self.capacity_by_type = dict(self.free_by_type)
+        self.largest_by_type = {t: max(nodes[i].gpus for i in idx) for t, idx in self.groups.items()}
+
+    # -- bookkeeping -------------------------------------------------------------------
+    def slots_of(self, assignment: Assignment) -> list[tuple[int, int]] | None:
+        """Board coordinates of an assignment's GPUs; None if any GPU no longer exists."""
+        coords = []
+        for name, k in assignment.gpus:
+            i = self.index.get(name)
+            if i is None or not 0 <= k < self.nodes[i].gpus:
+                return None
+            coords.append((i, k))
+        return coords
+
+    def reserve(self, coords: list[tuple[int, int]], rank: int) -> None:
+        for i, k in coords:
+            if self.reserved[i][k] == 0:
+                self.n_open[i] -= 1
+            self.reserved[i][k] += 1
+            self.holder[i][k] = min(self.holder[i][k], rank)
+
+    def release(self, coords: list[tuple[int, int]]) -> None:
+        for i, k in coords:
+            self.reserved[i][k] -= 1
+            if self.reserved[i][k] == 0:
+                self.holder[i][k] = _OPEN
+                if not self.taken[i][k]:
+                    self.n_open[i] += 1
+
+    def claim(self, coords: list[tuple[int, int]]) -> tuple[GpuSlot, ...]:
+        for i, k in coords:
+            self.taken[i][k] = True
+            self.n_free[i] -= 1
+            self.free_by_type[self.nodes[i].gpu_type] -= 1
+            if self.reserved[i][k] == 0:
+                self.n_open[i] -= 1
+        return tuple((self.nodes[i].name, k) for i, k in coords)
+
+    def keep(self, coords: list[tuple[int, int]]) -> None:
+        """A visited running job takes back the GPUs it reserved (release + claim in one)."""
+        by_type = self.free_by_type
+        for i, k in coords:
+            self.reserved[i][k] -= 1
+            if self.reserved[i][k] == 0:
+                self.holder[i][k] = _OPEN
+            self.taken[i][k] = True
+            self.n_free[i] -= 1
+            by_type[self.nodes[i].gpu_type] -= 1
+
+    def all_free(self, coords: list[tuple[int, int]]) -> bool:
+        return not any(self.taken[i][k] for i, k in coords)
+
+    def pick(self, i: int, count: int) -> list[tuple[int, int]]:
+        """``count`` free GPUs of node i: unreserved first, then the lowest-priority holders'."""
+        taken, holder = self.taken[i], self.holder[i]
+        free = sorted((k for k in range(self.nodes[i].gpus) if not taken[k]), key=lambda k: (-holder[k], k))
+        return [(i, k) for k in free[:count]]
+
+    def victims(self, coords: list[tuple[int, int]]) -> list[int]:
+        """Ranks of the running jobs that ``coords`` would displace."""
+        return sorted({self.holder[i][k] for i, k in coords if self.holder[i][k] != _OPEN})
+
+    # -- search ------------------------------------------------------------------------
+    def single_node(self, group: list[int], g: int) -> list[tuple[int, int]] | None:
+        best: tuple[int, int] | None = None
+        for i in group:  # best fit among free, unreserved GPUs
+            if self.n_open[i] >= g and (best is None or self.n_open[i] < best[0]):
+                best = (self.n_open[i], i)
+        if best is not None:
+            return self.pick(best[1], g)
+        # Displace running jobs: the lowest-priority ones, as few as possible, best fit.
+        fallback: tuple[tuple[int, int, int, int], list[tuple[int, int]]] | None = None
+        for i in group:
+            if self.n_free[i] >= g:
+                coords = self.pick(i, g)
+                ranks = self.victims(coords)
+                key = (-ranks[0] if ranks else -_OPEN, len(ranks), self.n_free[i], i)
+                if fallback is None or key < fallback[0]:
+                    fallback = (key, coords)
+        return None if fallback is None else fallback[1]
+
+    def spanning(self, group: list[int], g: int) -> tuple[tuple[int, int, int], list[tuple[int, int]]] | None:
+        """Fewest nodes of ``group`` holding ``g`` GPUs, displacing as little as possible.
+
+        Returns ((nodes, -best victim rank, victims), coords) so candidates compare.
+        """
+        best: tuple[tuple[int, int, int], list[tuple[int, int]]] | None = None
+        for counts in (self.n_open, self.n_free):
+            chosen = _fewest_nodes(group, counts, g)
+            if chosen is None:
+                continue
+            coords: list[tuple[int, int]] = []
+            for i, take in chosen:
+                coords.extend(self.pick(i, take))
+            ranks = self.victims(coords)
+            key = (len(chosen), -ranks[0] if ranks else -_OPEN, len(ranks))
+            if best is None or key < best[0]:
+                best = (key, coords)
+        return best
+
+
+def _fewest_nodes(group: list[int], counts: list[int], g: int) -> list[tuple[int, int]] | None:
+    """Minimum-count node set with ``sum(counts) >= g``; the last node is a best fit.
+
+    Taking nodes by decreasing count gives the minimum number of nodes k; the k-th node
+    is then replaced by the smallest node that still covers the remainder.
+    """
+    ranked = sorted((i for i in group if counts[i] > 0), key=lambda i: (-counts[i], i))
+    total, k = 0, 0
+    while k < len(ranked) and total < g:
+        total += counts[ranked[k]]
+        k += 1
+    if total < g:
+        return None
+    head = ranked[: k - 1]
+    remainder = g - sum(counts[i] for i in head)
+    last = min((i for i in ranked[k - 1 :] if counts[i] >= remainder), key=lambda i: (counts[i], i))
+    return [(i, counts[i]) for i in head] + [(last, remainder)]
+
+
+@PLACEMENTS.register("consolidated")
+@dataclass(frozen=True)
+class ConsolidatedPlacement:
+    """Best-fit consolidated placement with sticky running jobs (see module docstring).
+
+    Options: ``backfill`` (default true) lets a later job start when an earlier one
+    cannot fit; ``sticky`` (default true) keeps running jobs on their GPUs when possible.
+    """
+
+    backfill: bool = True
+    sticky: bool = True
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
+        f = options_reader(options, "consolidated placement", ["backfill", "sticky"])
+        return cls(backfill=f.flag("backfill", True), sticky=f.flag("sticky", True))
+
+    def place(self, snapshot: Snapshot, ordered: Sequence[Job]) -> Draft:
+        board = _Board(snapshot.nodes)
+        held: dict[str, list[tuple[int, int]]] = {}
+        if self.sticky:
+            for rank, job in enumerate(ordered):
+                if job.is_running and job.assignment is not None:
+                    coords = board.slots_of(job.assignment)
+                    if coords is not None:
+                        held[job.id] = coords
+                        board.reserve(coords, rank)
+        placed: dict[str, tuple[GpuSlot, ...]] = {}
+        kept: dict[str, Assignment] = {}
+        outcomes: dict[str, Outcome] = {}
+        blocked = False
+        for job in ordered:
+            coords = held.pop(job.id, None)
+            if coords is not None:
+                if board.all_free(coords) and self._type_ok(job, board, coords):
+                    board.keep(coords)
+                    assert job.assignment is not None
+                    kept[job.id] = job.assignment
+                    outcomes[job.id] = Outcome.KEPT
+                    continue
+                board.release(coords)
+            if blocked:
+                outcomes[job.id] = Outcome.BLOCKED
+                continue
+            outcome, slots = self._find(board, job)
+            outcomes[job.id] = outcome
+            if slots is not None:
+                placed[job.id] = slots
+            elif not self.backfill and outcome is not Outcome.INFEASIBLE:
+                blocked = True
+        # In priority order. A kept job keeps its assignment as it is; a placed one gets
+        # CPUs and memory from shaping, and the plan it runs with (its submitted one if new).
+        assignments: dict[str, Assignment] = {}
+        for job in ordered:
+            if job.id in kept:
+                assignments[job.id] = kept[job.id]
+            elif job.id in placed:
+                plan = job.assignment.plan if job.assignment is not None else job.plan
+                assignments[job.id] = Assignment(gpus=placed[job.id], cpus=0, mem_gb=0.0, plan=plan)
+        return Draft(assignments=assignments, outcomes=outcomes)
+
+    @staticmethod
+    def _type_ok(job: Job, board: _Board, coords: list[tuple[int, int]]) -> bool:
+        return job.gpu_type is None or all(board.nodes[i].gpu_type == job.gpu_type for i, _ in coords)
+
+    @staticmethod
+    def _find(board: _Board, job: Job) -> tuple[Outcome, tuple[GpuSlot, ...] | None]:
+        g = job.num_gpus
+        if job.gpu_type is not None:
+            if job.gpu_type not in board.groups:
+                return Outcome.NO_GPU_TYPE, None
+            types = [job.gpu_type]
+        else:
+            types = sorted(board.groups)
+        if all(g > board.capacity_by_type[t] for t in types):
+            return Outcome.INFEASIBLE, None
+        # Consolidation: a job that some eligible node could hold is only ever placed on
+        # one node, even when the nodes that could hold it are busy right now.
+        fits_one = [t for t in types if g <= board.largest_by_type[t]]
+        candidates = [t for t in (fits_one or types) if board.free_by_type[t] >= g]
+        if not candidates:
+            free = sum(board.free_by_type[t] for t in types)
+            return (Outcome.NO_CONSOLIDATED_SLOT if fits_one and free >= g else Outcome.NO_CAPACITY), None
+        types = candidates
+        if fits_one:
+            group = [i for t in types for i in board.groups[t]]
+            coords = board.single_node(group, g)
+            if coords is None:
+                return Outcome.NO_CONSOLIDATED_SLOT, None
+            return Outcome.PLACED, board.claim(coords)
+        best: tuple[tuple[int, int, int], str, list[tuple[int, int]]] | None = None
+        for t in types:
+            found = board.spanning(board.groups[t], g)
+            if found is not None and (best is None or (found[0], t) < best[:2]):
+                best = (found[0], t, found[1])
+        if best is None:
+            return Outcome.NO_CAPACITY, None
+        return Outcome.PLACED, board.claim(best[2])

@@ -1,0 +1,100 @@
+"""Tiresias' discretised two-dimensional LAS (2D-LAS) with starvation promotion.
+
+Tiresias (NSDI'19), as the Tesserae (§6.1 "Baselines") and SJF-BSBF (§VI-A3) texts use
+it: a job's priority comes from its attained service in GPUs x time; the service axis
+is cut into K queues by K-1 thresholds, and queues are served highest first. Inside a
+queue jobs run in the order they *entered* it (FIFO), which is what keeps similar jobs
+from preempting one another every round as continuous LAS would.
+
+* A running job whose service passes its queue's threshold is demoted one queue down
+  and joins the back of that queue.
+* A pending job that has waited ``promote_knob`` times as long as it has executed so
+  far (Tiresias' STARVELIMIT) is promoted to the highest queue, at its back; once it
+  has run there for a round its service demotes it again, so a starving job gets a
+  turn without taking over.
+
+The queue and the time the job entered it are per-job state: the policy returns it
+in ``Job.policy_state`` (``{"q": queue, "since": entry time}``), the plan carries it
+back to the simulator or controller, and the next snapshot hands it in again.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from itertools import pairwise
+from typing import Any, ClassVar, Self
+
+from planner.model import Job, Snapshot
+from planner.policies.common import arrival_key, options_reader
+from planner.registry import StageContext
+from planner.stages import ORDERINGS
+
+# The Tiresias simulator's documented two-queue example: one threshold at 3,600
+# GPU-seconds (one GPU-hour) between the high and the low queue.
+DEFAULT_THRESHOLDS_GPU_S: tuple[float, ...] = (3600.0,)
+# Promote once a job has waited 8x as long as it has executed (a STARVELIMIT multiple).
+DEFAULT_PROMOTE_KNOB = 8.0
+
+
+@ORDERINGS.register("tiresias")
+@dataclass(frozen=True)
+class Tiresias:
+    """2D-LAS over discretised queues; FIFO by queue entry; starvation promotion.
+
+    Options: ``queue_thresholds_gpu_s`` (strictly increasing GPU-second thresholds, K-1
+    of them for K queues) and ``promote_knob`` (0 disables promotion).
+    """
+
+    thresholds_gpu_s: tuple[float, ...] = DEFAULT_THRESHOLDS_GPU_S
+    promote_knob: float = DEFAULT_PROMOTE_KNOB
+    preemptive_by_default: ClassVar[bool] = True
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
+        f = options_reader(options, "tiresias", ["queue_thresholds_gpu_s", "promote_knob"])
+        thresholds = DEFAULT_THRESHOLDS_GPU_S
+        if f.has("queue_thresholds_gpu_s"):
+            raw = f.req_list("queue_thresholds_gpu_s")
+            if not all(isinstance(t, int | float) and not isinstance(t, bool) and t > 0 for t in raw):
+                f.fail_key("queue_thresholds_gpu_s", f"expected positive numbers, got {raw!r}")
+            thresholds = tuple(float(t) for t in raw)
+            if any(b <= a for a, b in pairwise(thresholds)):
+                f.fail_key("queue_thresholds_gpu_s", f"must be strictly increasing, got {raw!r}")
+        knob = f.opt_float("promote_knob", minimum=0.0)
+        return cls(thresholds, DEFAULT_PROMOTE_KNOB if knob is None else knob)
+
+    def transition(self, job: Job, now_s: float) -> tuple[int, float]:
+        """The job's (queue, entry time) for this round; queue 0 is the highest."""
+        state = job.policy_state or {}
+        queue, since = state.get("q"), state.get("since")
+        if not isinstance(queue, int) or not isinstance(since, int | float):
+            # First sight (or foreign state): the queue its service puts it in.
+            queue = bisect.bisect_right(self.thresholds_gpu_s, job.attained_gpu_s)
+            return queue, job.submit_time_s if queue == 0 else now_s
+        last = len(self.thresholds_gpu_s)
+        if job.is_running:
+            # Demotion: a running job that used up its queue's share moves down (to the
+            # queue its service belongs in) and joins the back of it.
+            earned = bisect.bisect_right(self.thresholds_gpu_s, job.attained_gpu_s)
+            if earned > queue:
+                return min(earned, last), now_s
+        elif queue > 0 and self.promote_knob > 0 and job.attained_gpu_s > 0:
+            executed_s = job.attained_gpu_s / job.num_gpus
+            if now_s - job.waiting_since() >= self.promote_knob * executed_s:
+                return 0, now_s
+        return queue, float(since)
+
+    def order(self, snapshot: Snapshot) -> Sequence[Job]:
+        now = snapshot.time_s
+        keyed = []
+        for job in snapshot.jobs:
+            queue, since = self.transition(job, now)
+            state = job.policy_state
+            updated = job
+            if state is None or state.get("q") != queue or state.get("since") != since:
+                updated = replace(job, policy_state={"q": queue, "since": since})
+            keyed.append(((queue, since, arrival_key(job)), updated))
+        keyed.sort(key=lambda kv: kv[0])
+        return [job for _, job in keyed]

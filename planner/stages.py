@@ -1,0 +1,112 @@
+"""The round pipeline's extension points (Tesserae's composition, DESIGN.md "A round").
+
+A round runs these stages in order; each is a small protocol with one method and a
+contract. Stages never mutate their inputs: each returns a new :class:`Draft`.
+
+1. :class:`Ordering`        - priority order of the snapshot's jobs;
+2. :class:`Placement`       - admission and GPU placement without sharing;
+3. :class:`Packing`         - pending jobs onto placed jobs' GPUs (optional);
+4. :class:`Shaping`         - CPUs and memory of each placed job;
+5. :class:`Reconfiguration` - execution plan of each placed job (optional);
+6. :class:`Migration`       - relabelling onto physical GPUs to avoid moves (optional).
+
+Implementations register by name in the registries below and are composed by
+:mod:`planner.config`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol
+
+from planner.model import Assignment, Job, Outcome, Snapshot
+from planner.registry import Registry
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """A round in the making: assignments so far (in priority order) and outcomes.
+
+    ``outcomes`` holds the reason for every job the placement considered; jobs in
+    ``assignments`` are the ones that run.
+    """
+
+    assignments: Mapping[str, Assignment] = field(default_factory=dict)
+    outcomes: Mapping[str, Outcome] = field(default_factory=dict)
+
+
+class Ordering(Protocol):
+    """Ranks jobs, highest priority first.
+
+    Contract: returns every job of ``snapshot.jobs`` exactly once; deterministic, with
+    ties broken by submit time and then job id; depends on nothing but the snapshot.
+    A stateful policy returns jobs with an updated ``policy_state`` (the plan carries it
+    back to the world); all other fields are unchanged. ``preemptive_by_default`` says
+    whether the policy, as published, preempts.
+    """
+
+    preemptive_by_default: ClassVar[bool]
+
+    def order(self, snapshot: Snapshot) -> Sequence[Job]: ...
+
+
+class Placement(Protocol):
+    """Admits jobs in the given order and gives each admitted job GPUs, one job per GPU.
+
+    Contract: every job of ``ordered`` ends up either in ``assignments`` or with a
+    non-running outcome saying why it waits. A running job kept on its GPUs keeps its
+    assignment object as it is; any other job's assignment has CPUs and memory 0 until
+    shaping sets them. A GPU is never given twice and never beyond its node's count.
+    Deterministic.
+    """
+
+    def place(self, snapshot: Snapshot, ordered: Sequence[Job]) -> Draft: ...
+
+
+class Packing(Protocol):
+    """Adds pending jobs onto GPUs already holding a placed job (GPU sharing).
+
+    Contract: only adds assignments for jobs without one; at most the stage's share
+    limit of jobs per GPU; records sharing in ``Assignment.shares_with`` both ways.
+    """
+
+    def pack(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft: ...
+
+
+class Shaping(Protocol):
+    """Sets CPUs and memory of every assignment.
+
+    Contract: changes only ``cpus`` and ``mem_gb``; per node, the sum over jobs never
+    exceeds the node's CPUs and memory.
+    """
+
+    def shape(self, snapshot: Snapshot, draft: Draft) -> Draft: ...
+
+
+class Reconfiguration(Protocol):
+    """Chooses each placed job's execution plan among the plans the job allows.
+
+    Contract: changes only ``plan`` (and only for jobs that allow it); the global batch
+    size of a job never changes.
+    """
+
+    def reconfigure(self, snapshot: Snapshot, draft: Draft) -> Draft: ...
+
+
+class Migration(Protocol):
+    """Relabels the draft's placement onto physical GPUs to keep running jobs in place.
+
+    Contract: a bijection of GPUs within nodes of the same shape; each job keeps its GPU
+    count per node (consolidation preserved); CPUs, memory and plans move with the job.
+    """
+
+    def relabel(self, snapshot: Snapshot, draft: Draft) -> Draft: ...
+
+
+ORDERINGS: Registry[Ordering] = Registry("ordering policy")
+PLACEMENTS: Registry[Placement] = Registry("placement")
+PACKINGS: Registry[Packing] = Registry("packing")
+SHAPINGS: Registry[Shaping] = Registry("shaping")
+RECONFIGURATIONS: Registry[Reconfiguration] = Registry("reconfiguration")
+MIGRATIONS: Registry[Migration] = Registry("migration")

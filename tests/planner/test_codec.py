@@ -1,0 +1,114 @@
+import json
+
+import pytest
+
+from planner import plan_round
+from planner.codec import (
+    round_plan_from_json,
+    round_plan_to_json,
+    snapshot_from_json,
+    snapshot_to_json,
+)
+from planner.errors import SnapshotError
+from planner.model import JobState
+from tests.builders import make_job, make_nodes, make_snapshot, running, scheduler
+
+
+def _doc():
+    return {
+        "time_s": 100.0,
+        "nodes": [{"name": "n1", "gpus": 4, "gpu_type": "a100", "cpus": 32, "mem_gb": 256}],
+        "jobs": [
+            {
+                "id": 7,
+                "num_gpus": 2,
+                "model": "gpt2",
+                "submit_time_s": 1.5,
+                "state": "running",
+                "attained_gpu_s": 20.0,
+                "assignment": {
+                    "gpus": [["n1", 0], ["n1", 1]],
+                    "cpus": 16,
+                    "mem_gb": 128.0,
+                    "plan": None,
+                    "shares_with": [],
+                },
+                "future_field": {"ignored": True},
+            },
+            {
+                "id": "j2",
+                "num_gpus": 1,
+                "model": "bert",
+                "submit_time_s": 2,
+                "state": "pending",
+                "attained_gpu_s": 0,
+                "progress": 0.25,
+                "tenant": "nlp",
+                "guaranteed": True,
+                "plan": {"zero_stage": 2},
+            },
+        ],
+    }
+
+
+def test_snapshot_parses_and_round_trips():
+    snap = snapshot_from_json(_doc())
+    assert [j.id for j in snap.jobs] == ["7", "j2"]
+    first = snap.jobs[0]
+    assert first.state is JobState.RUNNING and first.assignment is not None
+    assert first.assignment.gpus == (("n1", 0), ("n1", 1))
+    assert snap.jobs[1].plan == {"zero_stage": 2} and snap.jobs[1].guaranteed
+    again = snapshot_from_json(json.loads(json.dumps(snapshot_to_json(snap))))
+    assert again == snap
+
+
+def test_json_text_is_accepted_and_bad_json_is_named():
+    assert snapshot_from_json(json.dumps(_doc())).time_s == 100.0
+    with pytest.raises(SnapshotError, match=r"snap\.json: not valid JSON"):
+        snapshot_from_json("{", source="snap.json")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d["jobs"][1].pop("num_gpus"), r"jobs\[1\] \(job 'j2'\): missing required key 'num_gpus'"),
+        (
+            lambda d: d["jobs"][1].update(num_gpus="2"),
+            r"job 'j2'\): key 'num_gpus': expected an integer >= 1",
+        ),
+        (lambda d: d["jobs"][1].update(num_gpus=0), r"key 'num_gpus': expected an integer >= 1, got 0"),
+        (lambda d: d["jobs"][1].update(state="done"), r"key 'state': expected 'pending' or 'running'"),
+        (lambda d: d["jobs"][1].update(progress=1.5), r"key 'progress': expected a number in \[0, 1\]"),
+        (lambda d: d["jobs"][0].pop("assignment"), r"job '7'\).assignment: a running job needs"),
+        (lambda d: d["jobs"][0]["assignment"].update(gpus=[["n9", 0]]), r"names unknown node 'n9'"),
+        (lambda d: d["jobs"][0]["assignment"].update(gpus=[["n1", 4]]), r"node 'n1' has no GPU 4"),
+        (lambda d: d["jobs"][0]["assignment"].update(gpus=[["n1", 0], ["n1", 0]]), "same GPU twice"),
+        (
+            lambda d: d["jobs"][0]["assignment"].update(gpus=["n1:0"]),
+            r"entry 0 must be \[node name, GPU index\]",
+        ),
+        (lambda d: d["jobs"].append(dict(d["jobs"][1])), "duplicate job id 'j2'"),
+        (lambda d: d["nodes"][0].update(gpus=-1), r"node 'n1'\): key 'gpus'"),
+        (lambda d: d.pop("time_s"), "missing required key 'time_s'"),
+        (lambda d: d.update(jobs={}), "key 'jobs': expected a list"),
+    ],
+)
+def test_malformed_snapshots_name_the_job_and_key(mutate, message):
+    doc = _doc()
+    mutate(doc)
+    with pytest.raises(SnapshotError, match=message):
+        snapshot_from_json(doc)
+
+
+def test_round_plan_round_trips():
+    nodes = make_nodes(2)
+    jobs = [running(make_job(1, 2), [("n1", 0), ("n1", 1)], 8, 32.0), make_job(2, 4, submit=1.0)]
+    plan = plan_round(make_snapshot(nodes, jobs), scheduler("tiresias"))
+    document = json.loads(json.dumps(round_plan_to_json(plan)))
+    assert set(document) >= {"assignments", "preempted", "migrated", "decision_time_s"}
+    assert round_plan_from_json(document) == plan
+
+
+def test_round_plan_rejects_unknown_outcomes():
+    with pytest.raises(SnapshotError, match="unknown outcome 'maybe'"):
+        round_plan_from_json({"assignments": {}, "reasons": {"1": "maybe"}})

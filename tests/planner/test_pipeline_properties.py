@@ -1,0 +1,152 @@
+"""Invariants of plan_round on random snapshots (hypothesis), for every preset."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from planner import PRESETS, plan_round
+from planner.model import Assignment, Job, JobState, Node, Snapshot
+from planner.validate import plan_violations
+from tests.builders import scheduler
+
+PRESET_NAMES = sorted(PRESETS)
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> Snapshot:
+    """A cluster of 1-5 nodes (1-2 GPU types) and up to 25 jobs, some running.
+
+    Running jobs hold disjoint GPUs, consolidated on one node when they fit one (as the
+    planner would have placed them), otherwise spread over whole nodes' free GPUs.
+    """
+    types = draw(st.sampled_from([("v100",), ("v100", "a100")]))
+    nodes = []
+    for i in range(draw(st.integers(1, 5))):
+        gpus = draw(st.sampled_from([1, 2, 4, 8]))
+        nodes.append(
+            Node(
+                f"n{i}",
+                gpus,
+                draw(st.sampled_from(types)),
+                gpus * draw(st.integers(1, 6)),
+                float(gpus * draw(st.sampled_from([8, 16, 62.5]))),
+            )
+        )
+    free = {(n.name, k) for n in nodes for k in range(n.gpus)}
+    largest = max(n.gpus for n in nodes)
+    jobs = []
+    for j in range(draw(st.integers(0, 25))):
+        g = draw(st.sampled_from([1, 1, 1, 2, 2, 4, 8, 12]))
+        job = Job(
+            id=str(j),
+            num_gpus=g,
+            model=draw(st.sampled_from(["resnet50", "bert", "unknown-model"])),
+            submit_time_s=float(draw(st.integers(0, 500))),
+            attained_gpu_s=float(draw(st.sampled_from([0, 0, 100, 5000, 20000]))),
+            duration_s=draw(st.one_of(st.none(), st.floats(60, 1e5))),
+            gpu_type=draw(st.one_of(st.none(), st.sampled_from(types))),
+        )
+        if draw(st.booleans()):
+            slots = _take(free, nodes, g, largest, job.gpu_type)
+            if slots is not None:
+                free -= set(slots)
+                job = replace(job, state=JobState.RUNNING, assignment=Assignment(tuple(slots), 1, 1.0))
+        jobs.append(job)
+    return Snapshot(time_s=1000.0, nodes=tuple(nodes), jobs=tuple(jobs))
+
+
+def _take(free, nodes, g, largest, gpu_type):
+    eligible = [n for n in nodes if gpu_type is None or n.gpu_type == gpu_type]
+    if g <= largest:
+        for n in eligible:
+            mine = sorted(s for s in free if s[0] == n.name)
+            if len(mine) >= g:
+                return mine[:g]
+        return None
+    pool = sorted(s for s in free if any(s[0] == n.name for n in eligible))
+    return pool[:g] if len(pool) >= g else None
+
+
+def _next_round(snapshot: Snapshot, plan) -> Snapshot:
+    """The snapshot after applying ``plan`` with no time passing."""
+    jobs = []
+    for job in snapshot.jobs:
+        a = plan.assignments.get(job.id)
+        state = plan.policy_state.get(job.id, job.policy_state)
+        if a is not None:
+            jobs.append(replace(job, state=JobState.RUNNING, assignment=a, policy_state=state))
+        else:
+            jobs.append(
+                replace(
+                    job,
+                    state=JobState.PENDING,
+                    assignment=None,
+                    policy_state=state,
+                    pending_since_s=snapshot.time_s if job.is_running else job.pending_since_s,
+                )
+            )
+    return replace(snapshot, jobs=tuple(jobs))
+
+
+@given(snapshots(), st.sampled_from(PRESET_NAMES))
+def test_plans_never_overallocate(snapshot, name):
+    plan = plan_round(snapshot, scheduler(name))
+    assert plan_violations(snapshot, plan) == []
+    assert set(plan.assignments) <= {j.id for j in snapshot.jobs}
+    assert set(plan.reasons) == {j.id for j in snapshot.jobs}
+    assert sorted(plan.order) == sorted(j.id for j in snapshot.jobs)
+
+
+@given(snapshots(), st.sampled_from(PRESET_NAMES))
+def test_every_job_is_placed_at_most_once(snapshot, name):
+    plan = plan_round(snapshot, scheduler(name))
+    slots = [slot for a in plan.assignments.values() for slot in a.gpus]
+    assert len(slots) == len(set(slots))
+    diff = set(plan.started) | set(plan.migrated) | set(plan.preempted)
+    assert len(diff) == len(plan.started) + len(plan.migrated) + len(plan.preempted)
+
+
+@given(snapshots(), st.sampled_from(PRESET_NAMES))
+def test_replanning_an_applied_plan_changes_nothing(snapshot, name):
+    sched = scheduler(name)
+    first = plan_round(snapshot, sched)
+    second = plan_round(_next_round(snapshot, first), sched)
+    assert second.assignments == first.assignments
+    assert second.preempted == second.migrated == second.started == second.reshaped == ()
+
+
+@given(snapshots(), st.sampled_from(PRESET_NAMES))
+def test_a_job_that_fits_one_node_is_never_split(snapshot, name):
+    plan = plan_round(snapshot, scheduler(name))
+    jobs = {j.id: j for j in snapshot.jobs}
+    for job_id in plan.started + plan.migrated:
+        job = jobs[job_id]
+        fits = [
+            n
+            for n in snapshot.nodes
+            if n.gpus >= job.num_gpus and (job.gpu_type is None or n.gpu_type == job.gpu_type)
+        ]
+        if fits:
+            assert len(plan.assignments[job_id].per_node) == 1, job_id
+
+
+@given(snapshots(), st.sampled_from(PRESET_NAMES))
+def test_non_preemptive_never_stops_a_running_job(snapshot, name):
+    plan = plan_round(snapshot, scheduler(name, preemptive=False))
+    assert plan.preempted == ()
+    assert plan.migrated == ()
+    running = [j.id for j in snapshot.jobs if j.is_running]
+    assert set(running) <= set(plan.assignments)
+
+
+@given(snapshots())
+def test_proportional_shares(snapshot):
+    plan = plan_round(snapshot, scheduler("fifo"))
+    for a in plan.assignments.values():
+        if len(a.per_node) == 1:
+            node = snapshot.node(a.per_node[0][0])
+            assert a.cpus == node.cpus * a.num_gpus // node.gpus
+            assert abs(a.mem_gb - node.mem_gb * a.num_gpus / node.gpus) < 1e-9

@@ -1,0 +1,401 @@
+"""The trace-driven simulator: the live controller's loop with a simulated clock.
+
+Every ``round_s`` seconds (and, with ``trigger="event"``, also at every arrival and
+completion) the simulator builds a :class:`Snapshot` of the simulated cluster, calls
+the very same :func:`planner.plan_round` the controller calls, checks the plan's
+invariants, and applies it:
+
+* a started job launches; a job that resumes after a preemption, moves to other GPUs
+  (a migration) or is relaunched with other CPUs/memory/plan pays a restart cost
+  (``checkpoint_s + relaunch_s``) before it makes progress again (Gavel, Tesserae and
+  Synergy all charge such a cost);
+* between planning points, running jobs progress at the speed their profile gives
+  for their allocation (:class:`~planner.sim.progress.SpeedModel`), and complete at
+  the exact time their work runs out, inside the round; their GPUs stay idle until the
+  next planning point, as on a cluster with a periodic controller.
+
+The simulator owns no clock and writes nothing: ``clock`` (to time decisions) and
+``on_progress`` (for a progress bar) are injected by the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.errors import ConfigError, SimulationError
+from planner.metrics import JobRecord, summarize
+from planner.model import Assignment, Job, JobState, Node, RoundPlan, Snapshot
+from planner.pipeline import Clock, Scheduler, plan_round
+from planner.sim.progress import SpeedModel
+from planner.traces.records import TraceJob
+from planner.validate import plan_violations
+from profiles.store import ProfileStore
+
+log = logging.getLogger(__name__)
+
+TRIGGERS = ("round", "event")
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Simulator settings (defaults: Tesserae's 6-minute rounds, a 30 s restart)."""
+
+    round_s: float = 360.0
+    checkpoint_s: float = 10.0
+    relaunch_s: float = 20.0
+    trigger: str = "round"
+    horizon_s: float | None = None
+    check_invariants: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.round_s > 0:
+            raise ConfigError(f"round_s must be > 0, got {self.round_s}")
+        if self.checkpoint_s < 0 or self.relaunch_s < 0:
+            raise ConfigError("checkpoint_s and relaunch_s must be >= 0")
+        if self.trigger not in TRIGGERS:
+            raise ConfigError(f"trigger must be one of {', '.join(TRIGGERS)}, got {self.trigger!r}")
+        if self.horizon_s is not None and self.horizon_s <= 0:
+            raise ConfigError(f"horizon_s must be > 0, got {self.horizon_s}")
+
+    @property
+    def restart_cost_s(self) -> float:
+        return self.checkpoint_s + self.relaunch_s
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    """Cluster state right after one planning point."""
+
+    time_s: float
+    busy_gpus: int
+    running: int
+    pending: int
+
+
+@dataclass
+class SimResult:
+    records: list[JobRecord]
+    summary: dict[str, Any]
+    timeline: list[TimelinePoint] = field(default_factory=list)
+    decision_times_s: list[float] = field(default_factory=list)
+    end_time_s: float = 0.0
+    unknown_models: frozenset[str] = frozenset()
+
+
+class _SimJob:
+    """Mutable state of one job inside the simulator."""
+
+    __slots__ = (
+        "active_at_arrival",
+        "assignment",
+        "attained_gpu_s",
+        "finish_time_s",
+        "gpu_weight",
+        "migrations",
+        "overhead_left_s",
+        "pending_since_s",
+        "policy_state",
+        "preemptions",
+        "restarts",
+        "speed",
+        "start_time_s",
+        "trace",
+        "view",
+        "work_left_s",
+    )
+
+    def __init__(self, trace: TraceJob) -> None:
+        self.trace = trace
+        self.work_left_s = trace.duration_s
+        self.assignment: Assignment | None = None
+        self.start_time_s: float | None = None
+        self.finish_time_s: float | None = None
+        self.restarts = 0
+        self.migrations = 0
+        self.preemptions = 0
+        self.attained_gpu_s = 0.0
+        self.pending_since_s = trace.submit_time_s
+        self.overhead_left_s = 0.0
+        self.speed = 1.0
+        self.gpu_weight = 0.0  # GPUs it holds, each shared GPU counted fractionally
+        self.active_at_arrival = 0
+        self.policy_state: Mapping[str, Any] | None = None
+        self.view: Job | None = None  # cached snapshot entry, dropped whenever state changes
+
+    def snapshot_view(self) -> Job:
+        if self.view is None:
+            t = self.trace
+            running = self.assignment is not None
+            self.view = Job(
+                id=t.job_id,
+                num_gpus=t.num_gpus,
+                model=t.model,
+                submit_time_s=t.submit_time_s,
+                state=JobState.RUNNING if running else JobState.PENDING,
+                attained_gpu_s=self.attained_gpu_s,
+                progress=1.0 - self.work_left_s / t.duration_s,
+                remaining_s=self.work_left_s,
+                duration_s=t.duration_s,
+                batch_size=t.batch_size,
+                tenant=t.tenant,
+                guaranteed=t.guaranteed,
+                deadline_s=t.deadline_s,
+                gpu_type=t.gpu_type,
+                plan=t.plan,
+                restarts=self.restarts,
+                pending_since_s=None if running else self.pending_since_s,
+                assignment=self.assignment,
+                policy_state=self.policy_state,
+            )
+        return self.view
+
+
+ProgressCallback = Callable[[float, int, int], None]
+
+
+class Simulator:
+    """Replays a trace on a cluster with one scheduler. Use :meth:`run` once."""
+
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        trace: Sequence[TraceJob],
+        scheduler: Scheduler,
+        config: SimConfig | None = None,
+        profiles: ProfileStore | None = None,
+        clock: Clock | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> None:
+        if not nodes:
+            raise ConfigError("the cluster has no nodes")
+        self.nodes = tuple(nodes)
+        self.scheduler = scheduler
+        self.config = config or SimConfig()
+        self.profiles = profiles or ProfileStore.builtin()
+        self.clock = clock
+        self.on_progress = on_progress
+        self.jobs = [_SimJob(t) for t in sorted(trace, key=lambda t: t.submit_time_s)]
+        self.speed_model = SpeedModel(self.profiles, {n.name: n for n in self.nodes})
+        self.total_gpus = sum(n.gpus for n in self.nodes)
+        self.total_cpus = sum(n.cpus for n in self.nodes)
+        self.active: dict[str, _SimJob] = {}  # arrived, unfinished, in arrival order
+        self.finished = 0
+        self.allocated_gpu_s = 0.0
+        self.allocated_cpu_s = 0.0
+        self.timeline: list[TimelinePoint] = []
+        self.decision_times: list[float] = []
+
+    # -- main loop ----------------------------------------------------------------------
+    def run(self) -> SimResult:
+        cfg = self.config
+        if not self.jobs:
+            return self._result(0.0)
+        start = self.jobs[0].trace.submit_time_s
+        horizon = math.inf if cfg.horizon_s is None else start + cfg.horizon_s
+        t = start
+        next_arrival = 0
+        while True:
+            next_arrival = self._admit(t, next_arrival)
+            upcoming = (
+                self.jobs[next_arrival].trace.submit_time_s if next_arrival < len(self.jobs) else math.inf
+            )
+            if not self.active:
+                if math.isinf(upcoming):
+                    break
+                t = self._next_planning_point(start, t, upcoming)
+                continue
+            plan = self._plan(t)
+            self._apply(plan, t)
+            running = sum(1 for j in self.active.values() if j.assignment is not None)
+            if running == 0 and math.isinf(upcoming):
+                log.warning(
+                    "t=%.0fs: %d job(s) can never start on this cluster; stopping", t, len(self.active)
+                )
+                break
+            if running == 0:  # nothing changes until the next arrival
+                t = self._next_planning_point(start, t, upcoming)
+                continue
+            t_next = t + cfg.round_s
+            if cfg.trigger == "event":
+                t_next = min(t_next, upcoming, self._next_completion(t))
+            t_next = min(t_next, horizon)
+            self._advance(t, t_next)
+            t = t_next
+            if self.on_progress is not None:
+                self.on_progress(t, self.finished, len(self.jobs))
+            if t >= horizon:
+                break
+        return self._result(t)
+
+    def _next_planning_point(self, start: float, t: float, arrival: float) -> float:
+        """When an idle cluster plans next: the arrival itself, or its round boundary."""
+        if self.config.trigger == "event":
+            return max(arrival, t)
+        rounds = math.ceil((arrival - start) / self.config.round_s - _EPS)
+        return max(start + rounds * self.config.round_s, t)
+
+    def _admit(self, t: float, index: int) -> int:
+        while index < len(self.jobs) and self.jobs[index].trace.submit_time_s <= t + _EPS:
+            job = self.jobs[index]
+            self.active[job.trace.job_id] = job
+            job.active_at_arrival = len(self.active)
+            index += 1
+        return index
+
+    # -- planning -----------------------------------------------------------------------
+    def _plan(self, t: float) -> RoundPlan:
+        snapshot = Snapshot(
+            time_s=t, nodes=self.nodes, jobs=tuple(j.snapshot_view() for j in self.active.values())
+        )
+        plan = plan_round(snapshot, self.scheduler, self.clock)
+        self.decision_times.append(plan.decision_time_s)
+        if self.config.check_invariants:
+            problems = plan_violations(snapshot, plan, self.scheduler.max_jobs_per_gpu)
+            if problems:
+                raise SimulationError(f"t={t:.0f}s: plan breaks invariants: " + "; ".join(problems))
+        return plan
+
+    def _apply(self, plan: RoundPlan, t: float) -> None:
+        restart = self.config.restart_cost_s
+        for job_id, state in plan.policy_state.items():
+            job = self.active[job_id]
+            if job.policy_state != state:
+                job.policy_state = state
+                job.view = None
+        for job_id in plan.preempted:
+            job = self.active[job_id]
+            job.preemptions += 1
+            job.pending_since_s = t
+            job.assignment = None
+            job.view = None
+        relaunched = set(plan.migrated) | set(plan.reshaped)
+        for job_id in plan.migrated:
+            self.active[job_id].migrations += 1
+        for job_id, assignment in plan.assignments.items():
+            job = self.active[job_id]
+            if job.assignment is None:  # a start, or a resume after preemption
+                if job.start_time_s is None:
+                    job.start_time_s = t
+                    job.overhead_left_s = 0.0
+                else:
+                    job.restarts += 1
+                    job.overhead_left_s = restart
+            elif job_id in relaunched:
+                job.restarts += 1
+                job.overhead_left_s = restart
+            elif job.assignment == assignment:
+                continue
+            job.assignment = assignment
+            job.speed = self.speed_model.speed(job.trace, assignment)
+            job.view = None
+        occupancy: dict[tuple[str, int], int] = {}
+        for a in plan.assignments.values():
+            for slot in a.gpus:
+                occupancy[slot] = occupancy.get(slot, 0) + 1
+        busy = len(occupancy)
+        for job_id, a in plan.assignments.items():
+            self.active[job_id].gpu_weight = sum(1.0 / occupancy[slot] for slot in a.gpus)
+        self.timeline.append(
+            TimelinePoint(t, busy, len(plan.assignments), len(self.active) - len(plan.assignments))
+        )
+
+    # -- time passing -------------------------------------------------------------------
+    def _next_completion(self, t: float) -> float:
+        best = math.inf
+        for job in self.active.values():
+            if job.assignment is not None and job.speed > 0:
+                best = min(best, t + job.overhead_left_s + job.work_left_s / job.speed)
+        return best
+
+    def _advance(self, t0: float, t1: float) -> None:
+        dt = t1 - t0
+        done = []
+        for job in self.active.values():
+            a = job.assignment
+            if a is None:
+                continue
+            overhead = min(job.overhead_left_s, dt)
+            job.overhead_left_s -= overhead
+            useful = dt - overhead
+            need = job.work_left_s / job.speed if job.speed > 0 else math.inf
+            held = dt
+            if need <= useful + _EPS:
+                held = overhead + need
+                job.work_left_s = 0.0
+                job.finish_time_s = t0 + held
+                done.append(job)
+            else:
+                job.work_left_s -= useful * job.speed
+            job.attained_gpu_s += a.num_gpus * held
+            self.allocated_gpu_s += job.gpu_weight * held
+            self.allocated_cpu_s += a.cpus * held
+            job.view = None
+        for job in done:
+            del self.active[job.trace.job_id]
+            self.finished += 1
+
+    # -- results ------------------------------------------------------------------------
+    def _record(self, job: _SimJob) -> JobRecord:
+        t = job.trace
+        if job.finish_time_s is not None:
+            state = "finished"
+        elif job.assignment is not None:
+            state = "running"
+        elif t.job_id in self.active:
+            state = "pending"
+        else:
+            state = "not-arrived"
+        return JobRecord(
+            job_id=t.job_id,
+            num_gpus=t.num_gpus,
+            submit_time_s=t.submit_time_s,
+            start_time_s=job.start_time_s,
+            finish_time_s=job.finish_time_s,
+            state=state,
+            model=t.model,
+            restarts=job.restarts,
+            migrations=job.migrations,
+            preemptions=job.preemptions,
+            duration_s=t.duration_s,
+            attained_gpu_s=job.attained_gpu_s,
+            active_at_arrival=job.active_at_arrival or None,
+        )
+
+    def _result(self, end_time_s: float) -> SimResult:
+        records = [self._record(j) for j in self.jobs]
+        summary = summarize(
+            records,
+            cluster_gpus=self.total_gpus,
+            cluster_cpus=self.total_cpus,
+            allocated_gpu_s=self.allocated_gpu_s,
+            allocated_cpu_s=self.allocated_cpu_s,
+            decision_times_s=self.decision_times,
+            end_time_s=end_time_s,
+        )
+        summary["rounds"] = len(self.decision_times)
+        summary["end_time_s"] = end_time_s
+        summary["scheduler"] = self.scheduler.name
+        return SimResult(
+            records=records,
+            summary=summary,
+            timeline=self.timeline,
+            decision_times_s=self.decision_times,
+            end_time_s=end_time_s,
+            unknown_models=self.profiles.unknown_models,
+        )
+
+
+def simulate(
+    nodes: Sequence[Node],
+    trace: Sequence[TraceJob],
+    scheduler: Scheduler,
+    config: SimConfig | None = None,
+    **kwargs: Any,
+) -> SimResult:
+    """Convenience wrapper: ``Simulator(...).run()``."""
+    return Simulator(nodes, trace, scheduler, config, **kwargs).run()

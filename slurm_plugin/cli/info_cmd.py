@@ -1,0 +1,65 @@
+"""``mosaic presets`` and ``mosaic profiles``: what this installation knows."""
+
+from __future__ import annotations
+
+import argparse
+
+from planner.config import PRESETS, build_scheduler, component_names
+from slurm_plugin.profiles_file import load_profile_store
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("presets", help="list scheduler presets and the components they compose")
+    p.set_defaults(run=run_presets)
+    q = sub.add_parser("profiles", help="list model profiles, or show one")
+    q.add_argument("model", nargs="?", help="a model name or alias")
+    q.add_argument("--profiles", action="append", default=[], metavar="JSON", help="extra profile file(s)")
+    q.set_defaults(run=run_profiles)
+
+
+def run_presets(args: argparse.Namespace) -> int:
+    for name, config in PRESETS.items():
+        scheduler = build_scheduler(config)
+        stages = [
+            f"policy={config.policy}",
+            "preemptive" if scheduler.preemptive else "non-preemptive",
+            f"placement={config.placement}",
+            f"shaping={config.shaping}",
+        ]
+        for label, value in (
+            ("packing", config.packing),
+            ("reconfig", config.reconfiguration),
+            ("migration", config.migration),
+        ):
+            if value is not None:
+                stages.append(f"{label}={value}")
+        print(f"{name:<12} {' '.join(stages)}")
+    print()
+    for stage, names in component_names().items():
+        print(f"{stage + ':':<17} {', '.join(names) or '(none yet)'}")
+    return 0
+
+
+def run_profiles(args: argparse.Namespace) -> int:
+    store = load_profile_store(args.profiles)
+    if args.model is None:
+        for name in store.names():
+            p = store.resolve(name)
+            data = []
+            if p.throughput:
+                data.append(f"{len(p.throughput)} throughputs")
+            if p.sensitivity is not None:
+                data.append("CPU/memory sensitivity")
+            print(f"{name:<16} {p.task:<15} {', '.join(data) or 'neutral (no measurements)'}")
+        return 0
+    p = store.resolve(args.model)
+    print(f"{p.name} ({p.task}); aliases: {', '.join(p.aliases) or '-'}")
+    print(f"  sources: {'; '.join(p.sources) or '-'}")
+    if p.throughput:
+        gpu_types = sorted({k.gpu_type for k in p.throughput})
+        print(
+            f"  measured on {', '.join(gpu_types)}; batch sizes {', '.join(str(b) for b in p.batch_sizes())}"
+        )
+    if p.sensitivity is not None:
+        print(f"  best-case CPUs/GPU {p.ideal_cpus_per_gpu}, memory GB/GPU {p.ideal_mem_gb_per_gpu}")
+    return 0

@@ -1,0 +1,39 @@
+"""The simulator's picture: cluster occupancy over time and the JCT distribution."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from planner.sim import SimResult
+
+
+def write_sim_plot(result: SimResult, path: Path, title: str, total_gpus: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, (occupancy, cdf) = plt.subplots(1, 2, figsize=(11, 4))
+    if result.timeline:
+        hours = np.array([p.time_s for p in result.timeline]) / 3600.0
+        occupancy.step(hours, [p.busy_gpus for p in result.timeline], where="post", label="busy GPUs")
+        occupancy.step(hours, [p.pending for p in result.timeline], where="post", label="waiting jobs")
+        occupancy.axhline(total_gpus, color="grey", linestyle=":", label=f"{total_gpus} GPUs")
+    occupancy.set_xlabel("time (h)")
+    occupancy.set_title("cluster over time")
+    occupancy.legend(loc="upper right")
+    jcts = np.sort([r.jct_s for r in result.records if r.jct_s is not None]) / 3600.0
+    if len(jcts):
+        cdf.plot(jcts, np.arange(1, len(jcts) + 1) / len(jcts))
+        cdf.set_xscale("log")
+    cdf.set_xlabel("job completion time (h)")
+    cdf.set_ylabel("fraction of finished jobs")
+    cdf.set_title("JCT CDF")
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)

@@ -1,0 +1,92 @@
+"""Command-line flags that choose and tune a scheduler (shared by ``sim`` and ``plan``)."""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from typing import Any
+
+from planner.config import PRESETS, SchedulerConfig, config_from_mapping
+from planner.errors import ConfigError
+from slurm_plugin.files import read_toml
+
+
+def add_scheduler_args(parser: argparse.ArgumentParser, default_preset: str | None) -> None:
+    g = parser.add_argument_group("scheduler")
+    g.add_argument(
+        "--scheduler",
+        metavar="PRESET",
+        default=None,
+        help=f"preset naming a compared system ({', '.join(PRESETS)}); default: {default_preset}",
+    )
+    g.add_argument("--config", metavar="TOML", help="a Mosaic config file; its [scheduler] table is used")
+    g.add_argument("--policy", help="ordering policy (overrides the preset)")
+    g.add_argument("--placement", help="placement stage (overrides the preset)")
+    g.add_argument("--packing", help="packing stage, or 'none'")
+    g.add_argument("--shaping", help="CPU/memory shaping stage")
+    g.add_argument("--reconfig", help="reconfiguration stage, or 'none'")
+    g.add_argument("--migration", help="migration stage, or 'none'")
+    pre = g.add_mutually_exclusive_group()
+    pre.add_argument("--preemptive", dest="preemptive", action="store_true", default=None)
+    pre.add_argument("--non-preemptive", dest="preemptive", action="store_false")
+    g.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        default=[],
+        metavar="COMPONENT.KEY=VALUE",
+        help="a component option, VALUE in TOML syntax (e.g. -o tiresias.promote_knob=4)",
+    )
+    parser.set_defaults(default_preset=default_preset)
+
+
+def scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
+    """The configuration the flags describe: config file, then preset, then overrides."""
+    table: dict[str, Any] = {}
+    if args.config:
+        document = read_toml(args.config)
+        raw = document.get("scheduler", {})
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{args.config}: [scheduler] must be a table")
+        table = dict(raw)
+    if args.scheduler is not None:
+        table["preset"] = args.scheduler
+    elif "preset" not in table and args.default_preset is not None:
+        table["preset"] = args.default_preset
+    if args.option:
+        options = {k: dict(v) for k, v in table.get("options", {}).items()}
+        for text in args.option:
+            component, key, value = _parse_option(text)
+            options.setdefault(component, {})[key] = value
+        table["options"] = options
+    for flag, key in (("packing", "packing"), ("reconfig", "reconfiguration"), ("migration", "migration")):
+        if getattr(args, flag) is not None:
+            table[key] = getattr(args, flag)
+    for key in ("policy", "placement", "shaping"):
+        if getattr(args, key) is not None:
+            table[key] = getattr(args, key)
+    if args.preemptive is not None:
+        table["preemptive"] = args.preemptive
+    config = config_from_mapping(table, source=f"{args.config or 'command line'} [scheduler]")
+    changed = [
+        f"{flag}={getattr(args, flag)}"
+        for flag in ("policy", "placement", "packing", "shaping", "reconfig", "migration")
+        if getattr(args, flag) is not None
+    ]
+    if args.preemptive is not None:
+        changed.append("preemptive" if args.preemptive else "non-preemptive")
+    if changed:
+        config = config.with_overrides(name=f"{config.name}[{','.join(changed)}]")
+    return config
+
+
+def _parse_option(text: str) -> tuple[str, str, Any]:
+    name, sep, value = text.partition("=")
+    component, dot, key = name.strip().partition(".")
+    if not sep or not dot or not component or not key:
+        raise ConfigError(f"--option {text!r}: expected COMPONENT.KEY=VALUE, e.g. tiresias.promote_knob=4")
+    try:
+        parsed = tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value.strip()  # a bare word is a string
+    return component, key, parsed

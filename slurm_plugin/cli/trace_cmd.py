@@ -1,0 +1,107 @@
+"""``mosaic trace``: generate traces from the papers' descriptions, import the real one."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+
+from planner.errors import ConfigError
+from planner.traces import format_trace
+from planner.traces.generators import gavel_trace, shockwave_trace, synergy_trace
+from planner.traces.philly import parse_philly, philly_trace, virtual_clusters
+from planner.traces.records import TraceJob
+from slurm_plugin.files import bundled_text, read_text, write_atomic
+
+PHILLY_FILE = "philly_derived_gavel_msr_all.csv.gz"
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("trace", help="generate or import job traces")
+    tsub = p.add_subparsers(dest="trace_command", required=True, metavar="{gen,philly}")
+
+    gen = tsub.add_parser(
+        "gen",
+        help="generate a seeded trace",
+        description="synergy: Synergy's Philly-derived trace (§5.1); shockwave: Tesserae's default "
+        "(§6.1); gavel: Gavel's generator (Tesserae §7).",
+    )
+    gen.add_argument("--kind", choices=("synergy", "shockwave", "gavel"), required=True)
+    gen.add_argument("--jobs", type=int, required=True, help="number of jobs")
+    arrivals = gen.add_mutually_exclusive_group(required=True)
+    arrivals.add_argument("--rate", type=float, metavar="JOBS_PER_HOUR", help="Poisson arrival rate")
+    arrivals.add_argument("--static", action="store_true", help="all jobs arrive at t=0")
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--split", default="20,70,10", help="synergy: image,language,speech percentages")
+    gen.add_argument("--single-gpu", action="store_true", help="synergy: every job asks for 1 GPU")
+    gen.add_argument("--max-gpus", type=int, default=16, help="synergy: largest GPU demand kept (default 16)")
+    gen.add_argument("--out", required=True, metavar="CSV", help="output file ('-' for stdout)")
+    gen.set_defaults(run=run_gen)
+
+    ph = tsub.add_parser(
+        "philly",
+        help="a window of the real Philly-derived trace (one virtual cluster)",
+        description="Submit times restart at 0 in every virtual cluster (VC), so a trace is one VC "
+        "(or a window of it), re-based to t=0. --list shows the VCs.",
+    )
+    ph.add_argument("--source", metavar="CSV", help="Philly-derived file (default: the bundled one)")
+    ph.add_argument("--list", action="store_true", help="list virtual clusters and their job counts")
+    ph.add_argument("--vc", help="virtual cluster id")
+    ph.add_argument("--first", type=int, default=0, help="index of the first job of the window")
+    ph.add_argument("--count", type=int, help="number of jobs (default: to the end)")
+    ph.add_argument("--max-gpus", type=int, help="drop jobs asking for more GPUs")
+    ph.add_argument("--out", metavar="CSV", help="output file ('-' for stdout)")
+    ph.set_defaults(run=run_philly)
+
+
+def _emit(jobs: list[TraceJob], out: str) -> None:
+    text = format_trace(jobs)
+    if out == "-":
+        sys.stdout.write(text)
+        return
+    write_atomic(out, text)
+    gpus = Counter(j.num_gpus for j in jobs)
+    span_h = (max(j.submit_time_s for j in jobs) - min(j.submit_time_s for j in jobs)) / 3600 if jobs else 0
+    mix = ", ".join(f"{g}:{n}" for g, n in sorted(gpus.items()))
+    print(f"wrote {len(jobs)} jobs to {out} (arrivals over {span_h:.1f} h; GPUs {mix})", file=sys.stderr)
+
+
+def run_gen(args: argparse.Namespace) -> int:
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    rate = 0.0 if args.static else args.rate
+    if args.kind == "synergy":
+        try:
+            split = tuple(float(x) for x in args.split.split(","))
+        except ValueError:
+            raise ConfigError(f"--split {args.split!r}: expected three numbers like 20,70,10") from None
+        jobs = synergy_trace(
+            args.jobs,
+            jobs_per_hour=rate,
+            seed=args.seed,
+            split=split,
+            multi_gpu=not args.single_gpu,
+            max_gpus=args.max_gpus,
+            static=args.static,
+        )
+    elif args.kind == "shockwave":
+        jobs = shockwave_trace(args.jobs, jobs_per_hour=rate, seed=args.seed, static=args.static)
+    else:
+        jobs = gavel_trace(args.jobs, jobs_per_hour=rate, seed=args.seed, static=args.static)
+    _emit(jobs, args.out)
+    return 0
+
+
+def run_philly(args: argparse.Namespace) -> int:
+    source = args.source or f"bundled:{PHILLY_FILE}"
+    text = read_text(args.source) if args.source else bundled_text(PHILLY_FILE)
+    rows = parse_philly(text, source=source)
+    if args.list:
+        for vc, n in virtual_clusters(rows).items():
+            print(f"{vc}\t{n} jobs")
+        return 0
+    if not args.vc or not args.out:
+        raise ConfigError("mosaic trace philly needs --vc and --out (or --list)")
+    jobs = philly_trace(rows, vc=args.vc, first=args.first, count=args.count, max_gpus=args.max_gpus)
+    _emit(jobs, args.out)
+    return 0

@@ -7,7 +7,7 @@ Definitions (DESIGN.md "Metrics"):
   jobs are still unfinished);
 * finish-time fairness rho = JCT / T_ideal with T_ideal = duration * max(1, g*N/C), the
   job's run time alone on a 1/N share of the C-GPU cluster, N the jobs active at its
-  arrival (Themis);
+  arrival, itself included (Themis; :func:`active_at_arrival`);
 * utilisation = allocated GPU- (CPU-) seconds / available GPU- (CPU-) seconds over the
   makespan;
 * a migration is a job running in consecutive rounds on a different GPU set; a restart
@@ -16,6 +16,7 @@ Definitions (DESIGN.md "Metrics"):
 
 from __future__ import annotations
 
+import bisect
 import csv
 import io
 import math
@@ -95,6 +96,19 @@ class JobRecord:
             return None
         ideal = self.duration_s * max(1.0, self.num_gpus * self.active_at_arrival / cluster_gpus)
         return jct / ideal
+
+
+def active_at_arrival(submits: Sequence[float], finishes: Sequence[float | None]) -> list[int]:
+    """N for each job: jobs submitted by its submission and not finished before it, itself included.
+
+    A job that finishes exactly when another arrives no longer counts. Sorting both
+    lists makes this O(n log n), so it suits traces of any size.
+    """
+    ordered_submits = sorted(submits)
+    ordered_finishes = sorted(f for f in finishes if f is not None)
+    return [
+        bisect.bisect_right(ordered_submits, s) - bisect.bisect_right(ordered_finishes, s) for s in submits
+    ]
 
 
 def _mean(values: Sequence[float]) -> float | None:

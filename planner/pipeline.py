@@ -68,13 +68,14 @@ def plan_round(snapshot: Snapshot, scheduler: Scheduler, clock: Clock | None = N
 def _protect_running(ordered: Sequence[Job], preemptive: bool) -> list[Job]:
     """Running jobs that may not be preempted go first, keeping their relative order."""
 
-    def protected(job: Job) -> bool:
-        return job.is_running and (not preemptive or not job.preemptible)
-
-    first = [j for j in ordered if protected(j)]
+    if preemptive:
+        first = [j for j in ordered if not j.preemptible and j.is_running]
+    else:
+        first = [j for j in ordered if j.is_running]
     if not first:
         return list(ordered)
-    return first + [j for j in ordered if not protected(j)]
+    ids = {j.id for j in first}
+    return first + [j for j in ordered if j.id not in ids]
 
 
 def finalize(

@@ -7,17 +7,21 @@ Each round the policy serves the jobs whose *estimated* rho is worst first:
     T_shared ~= (now - submit) + remaining isolated time
     T_ideal   = duration * max(1, g * N / C)
 
-with g the job's GPUs, N the number of active jobs and C the cluster's GPUs (of the
-job's requested type, if any): on a 1/N share a job needing more than C/N GPUs runs
-proportionally slower. Where the duration is unknown, rho is estimated as the job's
-age over its executed time (its slowdown so far).
+with g the job's GPUs, C the cluster's GPUs (of the job's requested type, if any) and
+N the jobs active when it arrived, itself included: on a 1/N share a job needing more
+than C/N GPUs runs proportionally slower. N is the contention the metric uses
+(:mod:`planner.metrics`); the policy counts it when it first sees a job (the active
+jobs submitted no later than it) and keeps it in ``policy_state`` (``{"n": N}``).
+Where the duration is unknown, rho is estimated as the job's age over its executed
+time (its slowdown so far).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Self
 
 from planner.model import Job, Snapshot
@@ -52,14 +56,19 @@ class FinishTimeFairness:
 
     def order(self, snapshot: Snapshot) -> Sequence[Job]:
         now = snapshot.time_s
-        n = len(snapshot.jobs)
         gpus_by_type: dict[str, int] = {}
         for node in snapshot.nodes:
             gpus_by_type[node.gpu_type] = gpus_by_type.get(node.gpu_type, 0) + node.gpus
         total = sum(gpus_by_type.values())
-
-        def key(job: Job) -> tuple[float, tuple[float, tuple[int, int, str]]]:
+        submits = sorted(j.submit_time_s for j in snapshot.jobs)
+        keyed = []
+        for job in snapshot.jobs:
+            state = job.policy_state or {}
+            n = state.get("n")
+            if not isinstance(n, int) or n < 1:
+                n = bisect.bisect_right(submits, job.submit_time_s)
+                job = replace(job, policy_state={"n": n})  # noqa: PLW2901 (the job, with its state)
             cluster = gpus_by_type.get(job.gpu_type, 0) if job.gpu_type else total
-            return -estimated_rho(job, now, n, cluster), arrival_key(job)
-
-        return sorted(snapshot.jobs, key=key)
+            keyed.append(((-estimated_rho(job, now, n, cluster), arrival_key(job)), job))
+        keyed.sort(key=lambda kv: kv[0])
+        return [job for _, job in keyed]

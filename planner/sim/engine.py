@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.errors import ConfigError, SimulationError
-from planner.metrics import JobRecord, summarize
+from planner.metrics import JobRecord, active_at_arrival, summarize
 from planner.model import Assignment, Job, JobState, Node, RoundPlan, Snapshot
 from planner.pipeline import Clock, Scheduler, plan_round
 from planner.sim.progress import SpeedModel
@@ -91,7 +91,6 @@ class _SimJob:
     """Mutable state of one job inside the simulator."""
 
     __slots__ = (
-        "active_at_arrival",
         "assignment",
         "attained_gpu_s",
         "finish_time_s",
@@ -123,7 +122,6 @@ class _SimJob:
         self.overhead_left_s = 0.0
         self.speed = 1.0
         self.gpu_weight = 0.0  # GPUs it holds, each shared GPU counted fractionally
-        self.active_at_arrival = 0
         self.policy_state: Mapping[str, Any] | None = None
         self.view: Job | None = None  # cached snapshot entry, dropped whenever state changes
 
@@ -189,6 +187,8 @@ class Simulator:
         self.allocated_cpu_s = 0.0
         self.timeline: list[TimelinePoint] = []
         self.decision_times: list[float] = []
+        self._busy_gpus = 0
+        self._finished_since_apply = False
 
     # -- main loop ----------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -243,7 +243,6 @@ class Simulator:
         while index < len(self.jobs) and self.jobs[index].trace.submit_time_s <= t + _EPS:
             job = self.jobs[index]
             self.active[job.trace.job_id] = job
-            job.active_at_arrival = len(self.active)
             index += 1
         return index
 
@@ -254,7 +253,10 @@ class Simulator:
         )
         plan = plan_round(snapshot, self.scheduler, self.clock)
         self.decision_times.append(plan.decision_time_s)
-        if self.config.check_invariants:
+        # A plan that starts, moves and reshapes nothing keeps a subset of last round's
+        # (checked) assignments, which cannot break an invariant: skip the check then.
+        unchanged = not (plan.started or plan.migrated or plan.reshaped)
+        if self.config.check_invariants and not unchanged:
             problems = plan_violations(snapshot, plan, self.scheduler.max_jobs_per_gpu)
             if problems:
                 raise SimulationError(f"t={t:.0f}s: plan breaks invariants: " + "; ".join(problems))
@@ -267,17 +269,18 @@ class Simulator:
             if job.policy_state != state:
                 job.policy_state = state
                 job.view = None
+        changed = bool(plan.preempted) or self._finished_since_apply
         for job_id in plan.preempted:
             job = self.active[job_id]
             job.preemptions += 1
             job.pending_since_s = t
             job.assignment = None
             job.view = None
-        relaunched = set(plan.migrated) | set(plan.reshaped)
-        for job_id in plan.migrated:
-            self.active[job_id].migrations += 1
         for job_id, assignment in plan.assignments.items():
             job = self.active[job_id]
+            if job.assignment is assignment:  # kept as it was: nothing to do
+                continue
+            changed = True
             if job.assignment is None:  # a start, or a resume after preemption
                 if job.start_time_s is None:
                     job.start_time_s = t
@@ -285,23 +288,26 @@ class Simulator:
                 else:
                     job.restarts += 1
                     job.overhead_left_s = restart
-            elif job_id in relaunched:
+            elif not job.assignment.same_resources(assignment):  # a migration or a relaunch
                 job.restarts += 1
                 job.overhead_left_s = restart
-            elif job.assignment == assignment:
-                continue
+                if job.assignment.gpus != assignment.gpus:
+                    job.migrations += 1
             job.assignment = assignment
             job.speed = self.speed_model.speed(job.trace, assignment)
             job.view = None
-        occupancy: dict[tuple[str, int], int] = {}
-        for a in plan.assignments.values():
-            for slot in a.gpus:
-                occupancy[slot] = occupancy.get(slot, 0) + 1
-        busy = len(occupancy)
-        for job_id, a in plan.assignments.items():
-            self.active[job_id].gpu_weight = sum(1.0 / occupancy[slot] for slot in a.gpus)
+        if changed:
+            # Each GPU's time is split among the jobs sharing it, for utilisation.
+            occupancy: dict[tuple[str, int], int] = {}
+            for a in plan.assignments.values():
+                for slot in a.gpus:
+                    occupancy[slot] = occupancy.get(slot, 0) + 1
+            self._busy_gpus = len(occupancy)
+            for job_id, a in plan.assignments.items():
+                self.active[job_id].gpu_weight = sum(1.0 / occupancy[slot] for slot in a.gpus)
+            self._finished_since_apply = False
         self.timeline.append(
-            TimelinePoint(t, busy, len(plan.assignments), len(self.active) - len(plan.assignments))
+            TimelinePoint(t, self._busy_gpus, len(plan.assignments), len(self.active) - len(plan.assignments))
         )
 
     # -- time passing -------------------------------------------------------------------
@@ -338,9 +344,10 @@ class Simulator:
         for job in done:
             del self.active[job.trace.job_id]
             self.finished += 1
+            self._finished_since_apply = True
 
     # -- results ------------------------------------------------------------------------
-    def _record(self, job: _SimJob) -> JobRecord:
+    def _record(self, job: _SimJob, active_at_arrival: int) -> JobRecord:
         t = job.trace
         if job.finish_time_s is not None:
             state = "finished"
@@ -363,11 +370,14 @@ class Simulator:
             preemptions=job.preemptions,
             duration_s=t.duration_s,
             attained_gpu_s=job.attained_gpu_s,
-            active_at_arrival=job.active_at_arrival or None,
+            active_at_arrival=active_at_arrival,
         )
 
     def _result(self, end_time_s: float) -> SimResult:
-        records = [self._record(j) for j in self.jobs]
+        counts = active_at_arrival(
+            [j.trace.submit_time_s for j in self.jobs], [j.finish_time_s for j in self.jobs]
+        )
+        records = [self._record(j, n) for j, n in zip(self.jobs, counts, strict=True)]
         summary = summarize(
             records,
             cluster_gpus=self.total_gpus,

@@ -27,8 +27,19 @@ def add_scheduler_args(parser: argparse.ArgumentParser, default_preset: str | No
     g.add_argument("--reconfig", help="reconfiguration stage, or 'none'")
     g.add_argument("--migration", help="migration stage, or 'none'")
     pre = g.add_mutually_exclusive_group()
-    pre.add_argument("--preemptive", dest="preemptive", action="store_true", default=None)
-    pre.add_argument("--non-preemptive", dest="preemptive", action="store_false")
+    pre.add_argument(
+        "--preemptive",
+        dest="preemptive",
+        action="store_true",
+        default=None,
+        help="running jobs may be stopped for higher-priority ones",
+    )
+    pre.add_argument(
+        "--non-preemptive",
+        dest="preemptive",
+        action="store_false",
+        help="running jobs keep running (default: the policy's published behaviour)",
+    )
     g.add_argument(
         "-o",
         "--option",

@@ -37,7 +37,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--cluster", metavar="TOML", help="cluster description (default: the bundled demo)")
     p.add_argument("--trace", metavar="CSV", help="job trace (default: the bundled demo trace)")
     p.add_argument("--out", metavar="DIR", required=True, help="output directory")
-    p.add_argument("--seed", type=int, default=0, help="seed for the simulator's random draws (recorded)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed for randomised components (the baseline stages have none; recorded in summary.json)",
+    )
     p.add_argument("--round-s", type=float, default=360.0, help="round length in seconds (default 360)")
     p.add_argument("--checkpoint-s", type=float, default=10.0, help="checkpoint cost per restart (s)")
     p.add_argument("--relaunch-s", type=float, default=20.0, help="relaunch cost per restart (s)")

@@ -3,7 +3,7 @@ import io
 
 import pytest
 
-from planner.metrics import JOB_COLUMNS, SUMMARY_KEYS, JobRecord, jobs_csv, summarize
+from planner.metrics import JOB_COLUMNS, SUMMARY_KEYS, JobRecord, active_at_arrival, jobs_csv, summarize
 
 
 def rec(job_id, submit, start, finish, gpus=1, duration=None, n=None, **kw):
@@ -72,3 +72,11 @@ def test_jobs_csv_has_a_row_per_record_and_empty_cells_for_what_did_not_happen()
     assert list(rows[0]) == list(JOB_COLUMNS)
     assert [r["job_id"] for r in rows] == ["a", "b"]
     assert rows[1]["finish_time_s"] == "" and rows[1]["jct_s"] == "" and rows[1]["state"] == "pending"
+
+
+def test_active_at_arrival_counts_jobs_present_at_each_submission():
+    # a: [0, 10), b: [5, 20), c arrives at 10 when a has just finished, d arrives with c.
+    submits = [0, 5, 10, 10]
+    finishes = [10, 20, None, 30]
+    assert active_at_arrival(submits, finishes) == [1, 2, 3, 3]
+    assert active_at_arrival([0, 0, 0], [1, 2, 3]) == [3, 3, 3]  # a static trace

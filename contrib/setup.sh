@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Set up Mosaic for development on a fresh Debian 12 machine (idempotent):
+# a virtual environment in .venv with Mosaic installed in editable mode and its
+# development tools. Installs Debian's python3-venv first when the interpreter lacks it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+    echo "setup: $PYTHON not found; install Python >= 3.11 (Debian 12: apt-get install python3)" >&2
+    exit 1
+fi
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    echo "setup: Mosaic needs Python >= 3.11, $PYTHON is $("$PYTHON" -V 2>&1)" >&2
+    exit 1
+fi
+if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "setup: installing python3-venv" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    else
+        echo "setup: $PYTHON has no venv module; install python3-venv" >&2
+        exit 1
+    fi
+fi
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e '.[dev]'
+echo "setup: ready ($(.venv/bin/mosaic --version))" >&2

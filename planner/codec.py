@@ -8,12 +8,11 @@ ready for :func:`json.dumps`; parsing their output gives back equal objects.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from planner.errors import SnapshotError
-from planner.fields import Fields
+from planner.fields import Fields, json_document
 from planner.model import Assignment, Job, JobState, Node, Outcome, RoundPlan, Snapshot
 
 # -- snapshot --------------------------------------------------------------------------
@@ -21,12 +20,7 @@ from planner.model import Assignment, Job, JobState, Node, Outcome, RoundPlan, S
 
 def snapshot_from_json(document: Any, source: str = "snapshot") -> Snapshot:
     """Build a :class:`Snapshot` from a parsed JSON document (or JSON text)."""
-    if isinstance(document, str | bytes):
-        try:
-            document = json.loads(document)
-        except json.JSONDecodeError as e:
-            raise SnapshotError(f"{source}: not valid JSON: {e}") from e
-    top = Fields(document, source, SnapshotError)
+    top = Fields(json_document(document, source, SnapshotError), source, SnapshotError)
     time_s = top.req_float("time_s")
     raw_nodes = top.req_list("nodes")
     nodes: list[Node] = []
@@ -239,12 +233,7 @@ def round_plan_to_json(plan: RoundPlan) -> dict[str, Any]:
 
 def round_plan_from_json(document: Any, source: str = "round plan") -> RoundPlan:
     """Parse a RoundPlan document (e.g. the controller's last plan, read back)."""
-    if isinstance(document, str | bytes):
-        try:
-            document = json.loads(document)
-        except json.JSONDecodeError as e:
-            raise SnapshotError(f"{source}: not valid JSON: {e}") from e
-    top = Fields(document, source, SnapshotError)
+    top = Fields(json_document(document, source, SnapshotError), source, SnapshotError)
     raw_assignments = top.opt_object("assignments")
     if raw_assignments is None:
         top.fail("missing required key 'assignments'")

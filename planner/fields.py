@@ -7,6 +7,7 @@ instead of a bare ``KeyError``.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any, NoReturn
@@ -123,6 +124,16 @@ class Fields:
 
     def child(self, key: str, label: str | None = None) -> Fields:
         return Fields(self._required(key), f"{self.where}.{label or key}", self.error)
+
+
+def json_document(document: Any, source: str, error: type[InputError] = InputError) -> Any:
+    """Parse JSON text (str or bytes); an already-parsed document passes through."""
+    if not isinstance(document, str | bytes):
+        return document
+    try:
+        return json.loads(document)
+    except json.JSONDecodeError as e:
+        raise error(f"{source}: not valid JSON: {e}") from e
 
 
 def _bound(minimum: int | None) -> str:

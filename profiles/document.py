@@ -6,12 +6,11 @@ the model and the key at fault.
 
 from __future__ import annotations
 
-import json
 from itertools import pairwise
 from typing import Any
 
 from planner.errors import ProfileError
-from planner.fields import Fields
+from planner.fields import Fields, json_document
 from profiles.schema import Profile, SensitivityMatrix, ThroughputKey, plan_key
 
 FORMAT = "mosaic-profiles/1"
@@ -30,12 +29,7 @@ _POINT_KEYS = ("gpu_type", "num_gpus", "batch_size", "consolidated", "plan", "st
 
 def profiles_from_document(document: Any, source: str = "profiles") -> dict[str, Profile]:
     """Parse a profile document (parsed JSON, or JSON text) into profiles by name."""
-    if isinstance(document, str | bytes):
-        try:
-            document = json.loads(document)
-        except json.JSONDecodeError as e:
-            raise ProfileError(f"{source}: not valid JSON: {e}") from e
-    top = Fields(document, source, ProfileError)
+    top = Fields(json_document(document, source, ProfileError), source, ProfileError)
     top.only(["format", "models", "_doc"])
     if top.req_str("format") != FORMAT:
         top.fail_key("format", f"expected {FORMAT!r}, got {top.data['format']!r}")
@@ -62,7 +56,10 @@ def _profile(name: str, raw: Any, where: str) -> Profile:
             consolidated=p.flag("consolidated", True),
             plan=plan_key(p.opt_object("plan")),
         )
-        throughput[key] = p.req_float("steps_per_s", minimum=0.0)
+        steps = p.req_float("steps_per_s", minimum=0.0)
+        if steps <= 0:
+            p.fail_key("steps_per_s", f"must be positive, got {steps}")
+        throughput[key] = steps
     sensitivity = None
     raw_sens = f.opt_object("sensitivity")
     if raw_sens is not None:
@@ -102,7 +99,9 @@ def _sensitivity(f: Fields) -> SensitivityMatrix:
     for i, row in enumerate(matrix):
         if not isinstance(row, list) or len(row) != len(cols):
             f.fail_key("throughput", f"row {i} must list {len(cols)} numbers (one per mem_gb_per_gpu value)")
-        if not all(isinstance(v, int | float) and not isinstance(v, bool) and v >= 0 for v in row):
-            f.fail_key("throughput", f"row {i} must hold non-negative numbers, got {row!r}")
+        # A zero would mean a job never finishes at that allocation: leave unmeasured
+        # cells out with a coarser grid instead.
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in row):
+            f.fail_key("throughput", f"row {i} must hold positive numbers, got {row!r}")
         values.append(tuple(float(v) for v in row))
     return SensitivityMatrix(rows, cols, tuple(values))

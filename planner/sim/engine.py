@@ -178,6 +178,11 @@ class Simulator:
         self.clock = clock
         self.on_progress = on_progress
         self.jobs = [_SimJob(t) for t in sorted(trace, key=lambda t: t.submit_time_s)]
+        seen: set[str] = set()
+        for job in self.jobs:
+            if job.trace.job_id in seen:
+                raise ConfigError(f"the trace has job id {job.trace.job_id!r} twice")
+            seen.add(job.trace.job_id)
         self.speed_model = SpeedModel(self.profiles, {n.name: n for n in self.nodes})
         self.total_gpus = sum(n.gpus for n in self.nodes)
         self.total_cpus = sum(n.cpus for n in self.nodes)
@@ -208,6 +213,9 @@ class Simulator:
                 if math.isinf(upcoming):
                     break
                 t = self._next_planning_point(start, t, upcoming)
+                if t >= horizon:
+                    t = horizon
+                    break
                 continue
             plan = self._plan(t)
             self._apply(plan, t)
@@ -219,6 +227,9 @@ class Simulator:
                 break
             if running == 0:  # nothing changes until the next arrival
                 t = self._next_planning_point(start, t, upcoming)
+                if t >= horizon:
+                    t = horizon
+                    break
                 continue
             t_next = t + cfg.round_s
             if cfg.trigger == "event":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from planner.errors import SimulationError
 from planner.model import Assignment, Node
 from planner.policies.shaping import proportional_share
 from planner.traces.records import TraceJob
@@ -59,5 +60,10 @@ class SpeedModel:
             reference_cpus_per_gpu=ref_cpus / g,
             reference_mem_gb_per_gpu=ref_mem / g,
         )
+        if not factor > 0:
+            raise SimulationError(
+                f"profile of {job.model!r} gives speed {factor} for {assignment.cpus} CPUs and "
+                f"{assignment.mem_gb:g} GB on {node.gpu_type}: a job there would never finish"
+            )
         self._memo[key] = factor
         return factor

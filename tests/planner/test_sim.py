@@ -152,3 +152,14 @@ def test_same_inputs_same_results():
     second = simulate(nodes, trace, scheduler("tiresias"), SimConfig(), profiles=profiles())
     assert first.records == second.records
     assert not math.isnan(first.summary["avg_jct_s"])
+
+
+def test_horizon_is_respected_while_the_cluster_is_idle():
+    result = run([trace_job("a", 0, 1, 10), trace_job("b", 100_000, 1, 10)], horizon_s=3600)
+    assert result.end_time_s == 3600
+    assert {r.job_id: r.state for r in result.records} == {"a": "finished", "b": "not-arrived"}
+
+
+def test_duplicate_trace_ids_are_rejected():
+    with pytest.raises(ConfigError, match="job id 'a' twice"):
+        run([trace_job("a"), trace_job("a", submit=5)])

@@ -158,3 +158,12 @@ def test_sensitivity_matrix_bilinear():
     m = SensitivityMatrix((1.0, 3.0), (10.0, 20.0), ((1.0, 2.0), (3.0, 4.0)))
     assert m.at(2, 15) == pytest.approx(2.5)
     assert m.at(0, 0) == 1.0 and m.at(9, 99) == 4.0
+
+
+def test_zero_throughputs_are_rejected_because_a_job_would_never_finish():
+    with pytest.raises(ProfileError, match="must hold positive numbers"):
+        profiles_from_document(
+            _doc(sensitivity={"cpus_per_gpu": [1], "mem_gb_per_gpu": [10], "throughput": [[0]]})
+        )
+    with pytest.raises(ProfileError, match="must be positive"):
+        profiles_from_document(_doc(throughput=[{"gpu_type": "a100", "num_gpus": 1, "steps_per_s": 0}]))

@@ -40,10 +40,10 @@ mem_gb = 500
 VARIANTS = [
     ("fifo", "fifo", {}),
     ("sjf (duration)", "sjf", {}),
-    ("sjf (gpu-time)", "sjf", {"options": {"sjf": {"size": "gpu_time"}}}),
-    ("sjf (gpus)", "sjf", {"options": {"sjf": {"size": "gpus"}}}),
+    ("sjf (gpu-time)", "sjf", {"options": {"policy": {"size": "gpu_time"}}}),
+    ("sjf (gpus)", "sjf", {"options": {"policy": {"size": "gpus"}}}),
     ("srtf (time)", "srtf", {}),
-    ("srtf (gpu-time)", "srtf", {"options": {"srtf": {"size": "gpu_time"}}}),
+    ("srtf (gpu-time)", "srtf", {"options": {"policy": {"size": "gpu_time"}}}),
     ("las", "las", {}),
     ("tiresias", "tiresias", {}),
     ("ftf", "ftf", {}),

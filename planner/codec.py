@@ -87,12 +87,20 @@ def job_from_json(raw: Any, where: str, nodes: Mapping[str, Node]) -> Job:
         deadline_s=f.opt_float("deadline_s"),
         gpu_type=f.opt_str("gpu_type"),
         plan=dict(plan) if plan is not None else None,
+        candidate_plans=_plans(f),
         preemptible=f.flag("preemptible", True),
         restarts=f.opt_int("restarts", minimum=0) or 0,
         pending_since_s=f.opt_float("pending_since_s"),
         assignment=assignment,
         policy_state=_opt_dict(f, "policy_state"),
     )
+
+
+def _plans(f: Fields) -> tuple[dict[str, Any], ...]:
+    raw = f.data.get("plans") or []
+    if not isinstance(raw, list) or not all(isinstance(p, Mapping) for p in raw):
+        f.fail_key("plans", f"expected a list of plan objects, got {raw!r}")
+    return tuple(dict(p) for p in raw)
 
 
 def _opt_dict(f: Fields, key: str) -> dict[str, Any] | None:
@@ -194,6 +202,8 @@ def job_to_json(job: Job) -> dict[str, Any]:
         out["preemptible"] = False
     if job.plan is not None:
         out["plan"] = dict(job.plan)
+    if job.candidate_plans:
+        out["plans"] = [dict(p) for p in job.candidate_plans]
     if job.restarts:
         out["restarts"] = job.restarts
     if job.assignment is not None:

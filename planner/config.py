@@ -1,8 +1,9 @@
 """Scheduler configuration: presets, overrides and composition into a :class:`Scheduler`.
 
-A configuration names one component per stage and carries per-component options.
-It comes from a preset (the compared systems of DESIGN.md), optionally overridden
-field by field (CLI flags, or a ``[scheduler]`` TOML table):
+A configuration names one component per stage and carries options per stage (for
+whichever component fills it). It comes from a preset (the compared systems of
+DESIGN.md), optionally overridden field by field (CLI flags, or a ``[scheduler]`` TOML
+table):
 
 .. code-block:: toml
 
@@ -10,7 +11,7 @@ field by field (CLI flags, or a ``[scheduler]`` TOML table):
     preset = "tiresias"
     preemptive = true            # omit for the policy's published default
 
-    [scheduler.options.tiresias]
+    [scheduler.options.policy]   # options of the tiresias ordering
     queue_thresholds_gpu_s = [3600, 36000]
     promote_knob = 8
 """
@@ -20,20 +21,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import planner.policies  # noqa: F401  (registers the built-in components)
 from planner.errors import ConfigError
 from planner.fields import Fields
 from planner.pipeline import Scheduler
-from planner.registry import StageContext
+from planner.registry import Registry, StageContext
 from planner.stages import MIGRATIONS, ORDERINGS, PACKINGS, PLACEMENTS, RECONFIGURATIONS, SHAPINGS
 from profiles.store import ProfileStore
+
+T = TypeVar("T")
+STAGES = ("policy", "placement", "packing", "shaping", "reconfiguration", "migration")
 
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    """Names of the components per stage (``None``: the stage is skipped) and their options."""
+    """Names of the components per stage (``None``: the stage is skipped) and options per stage."""
 
     name: str = "custom"
     policy: str = "fifo"
@@ -61,6 +65,26 @@ PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(
         "las": SchedulerConfig(name="las", policy="las"),
         "tiresias": SchedulerConfig(name="tiresias", policy="tiresias"),
         "ftf": SchedulerConfig(name="ftf", policy="ftf"),
+        # Tesserae §6.1: the placement policies on top of Tiresias and FTF ordering.
+        "tesserae-t": SchedulerConfig(
+            name="tesserae-t", policy="tiresias", packing="tesserae", migration="tesserae"
+        ),
+        "tesserae-ftf": SchedulerConfig(
+            name="tesserae-ftf", policy="ftf", packing="tesserae", migration="tesserae"
+        ),
+        # Tiresias-Single: Tesserae's packing for 1-GPU jobs only, as Lucid and Pollux do.
+        "tiresias-single": SchedulerConfig(
+            name="tiresias-single",
+            policy="tiresias",
+            packing="tesserae",
+            migration="tesserae",
+            options={"packing": {"max_gpus": 1}},
+        ),
+        # Gavel with LAS: greedy same-scale pairing, and Gavel's rule for migrations (a job
+        # keeps its GPU ids only if they are free at its turn; no reservation, no relabelling).
+        "gavel-las": SchedulerConfig(
+            name="gavel-las", policy="las", packing="gavel", options={"placement": {"reserve": False}}
+        ),
     }
 )
 
@@ -92,10 +116,12 @@ def config_from_mapping(table: Any, source: str = "[scheduler]") -> SchedulerCon
     base = preset(f.req_str("preset")) if f.has("preset") else SchedulerConfig()
     options: dict[str, Mapping[str, Any]] = {k: dict(v) for k, v in base.options.items()}
     raw_options = f.opt_object("options") or {}
-    for component, opts in raw_options.items():
+    for stage, opts in raw_options.items():
+        if stage not in STAGES:
+            f.fail_key("options", f"unknown stage {stage!r}; options go under one of {', '.join(STAGES)}")
         if not isinstance(opts, Mapping):
-            f.fail_key("options", f"options.{component} must be a table")
-        options[component] = dict(opts)
+            f.fail_key("options", f"options.{stage} must be a table")
+        options[stage] = {**options.get(stage, {}), **opts}
     preemptive = f.flag("preemptive", False) if f.has("preemptive") else None
     return replace(
         base,
@@ -118,30 +144,45 @@ def _optional_stage(f: Fields, key: str, default: str | None) -> str | None:
     return None if value == "none" else value
 
 
-def build_scheduler(config: SchedulerConfig, profiles: ProfileStore | None = None) -> Scheduler:
-    """Compose the configured components; unknown names and bad options are ConfigErrors."""
-    context = StageContext(profiles=profiles or ProfileStore.builtin())
+def build_scheduler(
+    config: SchedulerConfig,
+    profiles: ProfileStore | None = None,
+    *,
+    profile_noise: float = 0.0,
+    seed: int = 0,
+) -> Scheduler:
+    """Compose the configured components; unknown names and bad options are ConfigErrors.
 
-    def opts(name: str) -> Mapping[str, Any]:
-        return config.options.get(name, {})
+    ``profile_noise`` (in [0, 1]) and ``seed`` make the stages plan with perturbed
+    profiles (Tesserae §7.2).
+    """
+    if not 0.0 <= profile_noise <= 1.0:
+        raise ConfigError(f"profile noise must be in [0, 1], got {profile_noise}")
+    context = StageContext(profiles or ProfileStore.builtin(), profile_noise, seed)
 
-    ordering = ORDERINGS.create(config.policy, opts(config.policy), context)
+    def create(registry: Registry[T], stage: str, name: str | None) -> T | None:
+        if name is None:
+            if config.options.get(stage):
+                raise ConfigError(f"options given for the {stage} stage, which this scheduler skips")
+            return None
+        return registry.create(name, config.options.get(stage, {}), context)
+
+    ordering = create(ORDERINGS, "policy", config.policy)
+    placement = create(PLACEMENTS, "placement", config.placement)
+    shaping = create(SHAPINGS, "shaping", config.shaping)
+    assert ordering is not None and placement is not None and shaping is not None
     preemptive = config.preemptive if config.preemptive is not None else ordering.preemptive_by_default
+    packing = create(PACKINGS, "packing", config.packing)
     return Scheduler(
         name=config.name,
         ordering=ordering,
         preemptive=preemptive,
-        placement=PLACEMENTS.create(config.placement, opts(config.placement), context),
-        shaping=SHAPINGS.create(config.shaping, opts(config.shaping), context),
-        packing=None
-        if config.packing is None
-        else PACKINGS.create(config.packing, opts(config.packing), context),
-        reconfiguration=None
-        if config.reconfiguration is None
-        else RECONFIGURATIONS.create(config.reconfiguration, opts(config.reconfiguration), context),
-        migration=None
-        if config.migration is None
-        else MIGRATIONS.create(config.migration, opts(config.migration), context),
+        placement=placement,
+        shaping=shaping,
+        packing=packing,
+        reconfiguration=create(RECONFIGURATIONS, "reconfiguration", config.reconfiguration),
+        migration=create(MIGRATIONS, "migration", config.migration),
+        max_jobs_per_gpu=packing.max_jobs_per_gpu if packing is not None else 1,
     )
 
 

@@ -19,9 +19,15 @@ from profiles.store import ProfileStore
 
 @dataclass(frozen=True)
 class StageContext:
-    """What a stage may need besides its options: shared, read-only knowledge."""
+    """What a stage may need besides its options: shared, read-only knowledge.
+
+    ``profile_noise`` and ``seed`` perturb what stages *believe* about throughputs
+    (Tesserae §7.2's profiling-error study); the simulator's true speeds are unaffected.
+    """
 
     profiles: ProfileStore
+    profile_noise: float = 0.0
+    seed: int = 0
 
 
 T = TypeVar("T")

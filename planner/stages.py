@@ -67,9 +67,12 @@ class Placement(Protocol):
 class Packing(Protocol):
     """Adds pending jobs onto GPUs already holding a placed job (GPU sharing).
 
-    Contract: only adds assignments for jobs without one; at most the stage's share
-    limit of jobs per GPU; records sharing in ``Assignment.shares_with`` both ways.
+    Contract: only adds assignments for jobs without one (and may change the plan of
+    a job it packs); at most ``max_jobs_per_gpu`` jobs per GPU; records sharing in
+    ``Assignment.shares_with`` both ways.
     """
+
+    max_jobs_per_gpu: int
 
     def pack(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft: ...
 

@@ -23,7 +23,7 @@ from functools import cache
 from importlib import resources
 
 from profiles.names import normalise, split_batch_suffix
-from profiles.schema import Profile, SensitivityMatrix, ThroughputKey
+from profiles.schema import ColocationKey, Profile, SensitivityMatrix, ThroughputKey
 
 GAVEL_SOURCE = "Gavel simulation_throughputs.json (stanford-futuredata/gavel, MIT)"
 SYNERGY_SOURCE = "Synergy simulator/models (msr-fiddle/synergy @1bb2bed6, MIT)"
@@ -123,35 +123,32 @@ def builtin_profiles() -> dict[str, Profile]:
     return profiles
 
 
-@dataclass(frozen=True, slots=True)
-class ColocationKey:
-    """Job A (model, batch, GPUs) sharing its GPUs with job B on one GPU type."""
-
-    gpu_type: str
-    model_a: str
-    batch_a: int | None
-    gpus_a: int
-    model_b: str
-    batch_b: int | None
-    gpus_b: int
-
-
 @cache
 def builtin_colocation() -> dict[ColocationKey, tuple[float, float]]:
     """Gavel's measured co-located steps/s (A's, B's); ``(0, 0)`` means the pair cannot share.
 
-    Both orders of every pair are present, so a lookup never needs to swap.
+    Only consolidated measurements are kept (the ``*_unconsolidated`` worker types are
+    pairs spread over servers). Both orders of every pair are present.
     """
     aliases = _alias_index(load_catalog())
     table: dict[ColocationKey, tuple[float, float]] = {}
     text = _read_text("data/gavel_colocated_throughputs.csv.gz")
     for row in csv.DictReader(io.StringIO(text)):
+        gpu = row["worker_type"]
+        if gpu.endswith("_unconsolidated"):
+            continue
         label_a, batch_a = split_batch_suffix(row["model_a"])
         label_b, batch_b = split_batch_suffix(row["model_b"])
-        a, b = aliases[normalise(label_a)], aliases[normalise(label_b)]
+        key = ColocationKey(
+            gpu_type=gpu,
+            model_a=aliases[normalise(label_a)],
+            batch_a=batch_a,
+            gpus_a=int(row["scale_factor_a"]),
+            model_b=aliases[normalise(label_b)],
+            batch_b=batch_b,
+            gpus_b=int(row["scale_factor_b"]),
+        )
         ta, tb = float(row["steps_per_s_a"]), float(row["steps_per_s_b"])
-        ga, gb = int(row["scale_factor_a"]), int(row["scale_factor_b"])
-        gpu = row["worker_type"]
-        table[ColocationKey(gpu, a, batch_a, ga, b, batch_b, gb)] = (ta, tb)
-        table.setdefault(ColocationKey(gpu, b, batch_b, gb, a, batch_a, ga), (tb, ta))
+        table[key] = (ta, tb)
+        table.setdefault(key.swapped(), (tb, ta))
     return table

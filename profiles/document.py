@@ -11,7 +11,7 @@ from typing import Any
 
 from planner.errors import ProfileError
 from planner.fields import Fields, json_document
-from profiles.schema import Profile, SensitivityMatrix, ThroughputKey, plan_key
+from profiles.schema import ColocationEntry, Profile, SensitivityMatrix, ThroughputKey, plan_key
 
 FORMAT = "mosaic-profiles/1"
 _MODEL_KEYS = (
@@ -22,9 +22,22 @@ _MODEL_KEYS = (
     "sensitivity",
     "ideal_cpus_per_gpu",
     "ideal_mem_gb_per_gpu",
+    "colocation",
     "source",
 )
 _POINT_KEYS = ("gpu_type", "num_gpus", "batch_size", "consolidated", "plan", "steps_per_s")
+_PAIR_KEYS = (
+    "with",
+    "gpu_type",
+    "num_gpus",
+    "batch_size",
+    "plan",
+    "steps_per_s",
+    "with_batch_size",
+    "with_num_gpus",
+    "with_plan",
+    "with_steps_per_s",
+)
 
 
 def profiles_from_document(document: Any, source: str = "profiles") -> dict[str, Profile]:
@@ -64,6 +77,24 @@ def _profile(name: str, raw: Any, where: str) -> Profile:
     raw_sens = f.opt_object("sensitivity")
     if raw_sens is not None:
         sensitivity = _sensitivity(Fields(raw_sens, f"{where}: sensitivity", ProfileError))
+    colocation = []
+    for i, pair in enumerate(f.data.get("colocation", [])):
+        c = Fields(pair, f"{where}: colocation[{i}]", ProfileError)
+        c.only(_PAIR_KEYS)
+        colocation.append(
+            ColocationEntry(
+                with_model=c.req_str("with"),
+                gpu_type=c.req_str("gpu_type").lower(),
+                num_gpus=c.req_int("num_gpus", minimum=1),
+                steps_per_s=c.req_float("steps_per_s", minimum=0.0),
+                with_steps_per_s=c.req_float("with_steps_per_s", minimum=0.0),
+                batch_size=c.opt_int("batch_size", minimum=1),
+                with_batch_size=c.opt_int("with_batch_size", minimum=1),
+                with_num_gpus=c.opt_int("with_num_gpus", minimum=1),
+                plan=plan_key(c.opt_object("plan")),
+                with_plan=plan_key(c.opt_object("with_plan")),
+            )
+        )
     source = f.opt_str("source")
     return Profile(
         name=name,
@@ -74,6 +105,7 @@ def _profile(name: str, raw: Any, where: str) -> Profile:
         sensitivity=sensitivity,
         ideal_cpus_per_gpu=f.opt_float("ideal_cpus_per_gpu", minimum=0.0),
         ideal_mem_gb_per_gpu=f.opt_float("ideal_mem_gb_per_gpu", minimum=0.0),
+        colocation=tuple(colocation),
         sources=(source,) if source else (),
     )
 

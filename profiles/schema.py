@@ -35,6 +35,48 @@ class ThroughputKey:
 
 
 @dataclass(frozen=True, slots=True)
+class ColocationKey:
+    """Job A (model, batch, GPUs, plan) sharing its GPUs with job B, on one GPU type.
+
+    Models are canonical names; plans are :func:`plan_key` texts (``None``: as submitted).
+    A table maps keys to (A's steps/s, B's steps/s) when packed; ``(0, 0)`` records a
+    pair that cannot share (e.g. it does not fit in GPU memory).
+    """
+
+    gpu_type: str
+    model_a: str
+    batch_a: int | None
+    gpus_a: int
+    model_b: str
+    batch_b: int | None
+    gpus_b: int
+    plan_a: str | None = None
+    plan_b: str | None = None
+
+    def swapped(self) -> ColocationKey:
+        return ColocationKey(
+            self.gpu_type, self.model_b, self.batch_b, self.gpus_b,
+            self.model_a, self.batch_a, self.gpus_a, self.plan_b, self.plan_a,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ColocationEntry:
+    """A measurement of this profile's model packed with another (a profile document row)."""
+
+    with_model: str
+    gpu_type: str
+    num_gpus: int
+    steps_per_s: float
+    with_steps_per_s: float
+    batch_size: int | None = None
+    with_batch_size: int | None = None
+    with_num_gpus: int | None = None
+    plan: str | None = None
+    with_plan: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SensitivityMatrix:
     """Normalised throughput W[c, m] at CPUs and memory per GPU (Synergy §3.1).
 
@@ -84,6 +126,7 @@ class Profile:
     sensitivity: SensitivityMatrix | None = None
     ideal_cpus_per_gpu: float | None = None
     ideal_mem_gb_per_gpu: float | None = None
+    colocation: tuple[ColocationEntry, ...] = ()
     sources: tuple[str, ...] = ()
 
     @property

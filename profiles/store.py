@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
-from profiles.builtin import builtin_profiles
+from profiles.builtin import builtin_colocation, builtin_profiles
 from profiles.names import normalise, split_batch_suffix
-from profiles.schema import Profile
+from profiles.schema import ColocationKey, Profile
 
 log = logging.getLogger(__name__)
 
@@ -21,24 +21,26 @@ class ProfileStore:
     never rejected (DESIGN.md "Model names").
     """
 
-    def __init__(self, profiles: Mapping[str, Profile]) -> None:
+    def __init__(self, profiles: Mapping[str, Profile], *, with_builtin_colocation: bool = False) -> None:
         self._profiles = dict(profiles)
         self._index: dict[str, str] = {}
         for profile in self._profiles.values():
             for label in (profile.name, *profile.aliases):
                 self._index[normalise(label)] = profile.name
         self._neutral: dict[str, Profile] = {}
+        self._with_builtin_colocation = with_builtin_colocation
+        self._colocation: dict[ColocationKey, tuple[float, float]] | None = None
 
     @classmethod
     def builtin(cls) -> ProfileStore:
-        return cls(builtin_profiles())
+        return cls(builtin_profiles(), with_builtin_colocation=True)
 
     def with_profiles(self, extra: Iterable[Profile]) -> ProfileStore:
         """A new store where ``extra`` profiles add to or replace (by resolved name) these."""
         merged = dict(self._profiles)
         for profile in extra:
             merged[self.canonical_name(profile.name) or profile.name] = profile
-        return ProfileStore(merged)
+        return ProfileStore(merged, with_builtin_colocation=self._with_builtin_colocation)
 
     def canonical_name(self, model: str) -> str | None:
         label, _ = split_batch_suffix(model)
@@ -53,6 +55,36 @@ class ProfileStore:
             log.warning("model %r has no profile; scheduling it with the neutral profile", model)
             neutral = self._neutral[model] = Profile(name=model, sources=("neutral: unknown model",))
         return neutral
+
+    def model_key(self, model: str) -> str:
+        """The name tables use for ``model``: its canonical name, or the label itself."""
+        return self.canonical_name(model) or split_batch_suffix(model)[0]
+
+    def colocation_table(self) -> Mapping[ColocationKey, tuple[float, float]]:
+        """Measured packed steps/s: the built-in (Gavel) pairs plus every profile's own.
+
+        Loaded on first use; a profile's measurements replace built-in ones for the
+        same key, and every pair is present in both orders.
+        """
+        if self._colocation is None:
+            table = dict(builtin_colocation()) if self._with_builtin_colocation else {}
+            for profile in self._profiles.values():
+                for e in profile.colocation:
+                    key = ColocationKey(
+                        gpu_type=e.gpu_type,
+                        model_a=profile.name,
+                        batch_a=e.batch_size,
+                        gpus_a=e.num_gpus,
+                        model_b=self.model_key(e.with_model),
+                        batch_b=e.with_batch_size,
+                        gpus_b=e.with_num_gpus or e.num_gpus,
+                        plan_a=e.plan,
+                        plan_b=e.with_plan,
+                    )
+                    table[key] = (e.steps_per_s, e.with_steps_per_s)
+                    table[key.swapped()] = (e.with_steps_per_s, e.steps_per_s)
+            self._colocation = table
+        return self._colocation
 
     @property
     def unknown_models(self) -> frozenset[str]:

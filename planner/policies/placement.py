@@ -104,8 +104,9 @@ class _Board:
     def pick(self, i: int, count: int) -> list[tuple[int, int]]:
         """``count`` free GPUs of node i: unreserved first, then the lowest-priority holders'."""
         taken, holder = self.taken[i], self.holder[i]
-        free = sorted((k for k in range(self.nodes[i].gpus) if not taken[k]), key=lambda k: (-holder[k], k))
-        return [(i, k) for k in free[:count]]
+        free = [(-holder[k], k) for k in range(len(taken)) if not taken[k]]
+        free.sort()
+        return [(i, k) for _, k in free[:count]]
 
     def victims(self, coords: list[tuple[int, int]]) -> list[int]:
         """Ranks of the running jobs that ``coords`` would displace."""
@@ -175,16 +176,21 @@ class ConsolidatedPlacement:
     """Best-fit consolidated placement with sticky running jobs (see module docstring).
 
     Options: ``backfill`` (default true) lets a later job start when an earlier one
-    cannot fit; ``sticky`` (default true) keeps running jobs on their GPUs when possible.
+    cannot fit; ``sticky`` (default true) keeps running jobs on their GPUs when they
+    are still free at their turn; ``reserve`` (default true) keeps higher-priority jobs
+    off those GPUs while others are free (false: Gavel's plain rule).
     """
 
     backfill: bool = True
     sticky: bool = True
+    reserve: bool = True
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
-        f = options_reader(options, "consolidated placement", ["backfill", "sticky"])
-        return cls(backfill=f.flag("backfill", True), sticky=f.flag("sticky", True))
+        f = options_reader(options, "consolidated placement", ["backfill", "sticky", "reserve"])
+        return cls(
+            backfill=f.flag("backfill", True), sticky=f.flag("sticky", True), reserve=f.flag("reserve", True)
+        )
 
     def place(self, snapshot: Snapshot, ordered: Sequence[Job]) -> Draft:
         board = _Board(snapshot.nodes)
@@ -195,7 +201,8 @@ class ConsolidatedPlacement:
                     coords = board.slots_of(job.assignment)
                     if coords is not None:
                         held[job.id] = coords
-                        board.reserve(coords, rank)
+                        if self.reserve:
+                            board.reserve(coords, rank)
         placed: dict[str, tuple[GpuSlot, ...]] = {}
         kept: dict[str, Assignment] = {}
         outcomes: dict[str, Outcome] = {}
@@ -204,12 +211,19 @@ class ConsolidatedPlacement:
             coords = held.pop(job.id, None)
             if coords is not None:
                 if board.all_free(coords) and self._type_ok(job, board, coords):
-                    board.keep(coords)
-                    assert job.assignment is not None
-                    kept[job.id] = job.assignment
+                    if self.reserve:
+                        board.keep(coords)
+                    else:
+                        board.claim(coords)
+                    a = job.assignment
+                    assert a is not None
+                    # Placement is exclusive: a job that shared its GPUs keeps them alone
+                    # here, and the packing stage decides whether it shares them again.
+                    kept[job.id] = a if not a.shares_with else Assignment(a.gpus, a.cpus, a.mem_gb, a.plan)
                     outcomes[job.id] = Outcome.KEPT
                     continue
-                board.release(coords)
+                if self.reserve:
+                    board.release(coords)
             if blocked:
                 outcomes[job.id] = Outcome.BLOCKED
                 continue

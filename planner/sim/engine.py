@@ -145,6 +145,7 @@ class _SimJob:
                 deadline_s=t.deadline_s,
                 gpu_type=t.gpu_type,
                 plan=t.plan,
+                candidate_plans=t.plans,
                 restarts=self.restarts,
                 pending_since_s=None if running else self.pending_since_s,
                 assignment=self.assignment,
@@ -305,9 +306,12 @@ class Simulator:
                 if job.assignment.gpus != assignment.gpus:
                     job.migrations += 1
             job.assignment = assignment
-            job.speed = self.speed_model.speed(job.trace, assignment)
+            job.speed = self._speed(job)
             job.view = None
         if changed:
+            for job_id, a in plan.assignments.items():
+                if a.shares_with:  # a partner may have changed plan or left
+                    self.active[job_id].speed = self._speed(self.active[job_id])
             # Each GPU's time is split among the jobs sharing it, for utilisation.
             occupancy: dict[tuple[str, int], int] = {}
             for a in plan.assignments.values():
@@ -321,41 +325,76 @@ class Simulator:
             TimelinePoint(t, self._busy_gpus, len(plan.assignments), len(self.active) - len(plan.assignments))
         )
 
+    def _speed(self, job: _SimJob) -> float:
+        a = job.assignment
+        assert a is not None
+        partners = [
+            (self.active[p].trace, pa)
+            for p in a.shares_with
+            if p in self.active and (pa := self.active[p].assignment) is not None
+        ]
+        return self.speed_model.speed(job.trace, a, partners)
+
     # -- time passing -------------------------------------------------------------------
     def _next_completion(self, t: float) -> float:
-        best = math.inf
-        for job in self.active.values():
-            if job.assignment is not None and job.speed > 0:
-                best = min(best, t + job.overhead_left_s + job.work_left_s / job.speed)
-        return best
+        return min(
+            (t + j.overhead_left_s + j.work_left_s / j.speed for j in self.active.values() if j.assignment),
+            default=math.inf,
+        )
 
     def _advance(self, t0: float, t1: float) -> None:
+        """Run every job from t0 to t1; jobs finish at their exact time inside.
+
+        When a job that shares its GPUs finishes, its partner runs alone (and faster)
+        for the rest of the interval, so the interval is cut at each such completion.
+        """
+        t = t0
+        while t < t1 - _EPS or t == t0:
+            running = [j for j in self.active.values() if j.assignment is not None]
+            shared = any(j.assignment is not None and j.assignment.shares_with for j in running)
+            end = t1
+            if shared:
+                end = min(
+                    t1, min((t + j.overhead_left_s + j.work_left_s / j.speed for j in running), default=t1)
+                )
+            done = [job for job in running if self._run(job, t, end)]
+            for job in done:
+                del self.active[job.trace.job_id]
+                self.finished += 1
+                self._finished_since_apply = True
+            for job in done:
+                assert job.assignment is not None
+                for partner_id in job.assignment.shares_with:
+                    partner = self.active.get(partner_id)
+                    if partner is not None and partner.assignment is not None:
+                        partner.speed = self._speed(partner)
+                        partner.gpu_weight = float(partner.assignment.num_gpus)
+            if end >= t1 - _EPS:
+                break
+            t = end
+
+    def _run(self, job: _SimJob, t0: float, t1: float) -> bool:
+        """Advance one job over [t0, t1]; True if it finished (at its exact time)."""
+        a = job.assignment
+        assert a is not None
         dt = t1 - t0
-        done = []
-        for job in self.active.values():
-            a = job.assignment
-            if a is None:
-                continue
-            overhead = min(job.overhead_left_s, dt)
-            job.overhead_left_s -= overhead
-            useful = dt - overhead
-            need = job.work_left_s / job.speed if job.speed > 0 else math.inf
-            held = dt
-            if need <= useful + _EPS:
-                held = overhead + need
-                job.work_left_s = 0.0
-                job.finish_time_s = t0 + held
-                done.append(job)
-            else:
-                job.work_left_s -= useful * job.speed
-            job.attained_gpu_s += a.num_gpus * held
-            self.allocated_gpu_s += job.gpu_weight * held
-            self.allocated_cpu_s += a.cpus * held
-            job.view = None
-        for job in done:
-            del self.active[job.trace.job_id]
-            self.finished += 1
-            self._finished_since_apply = True
+        overhead = min(job.overhead_left_s, dt)
+        job.overhead_left_s -= overhead
+        useful = dt - overhead
+        need = job.work_left_s / job.speed
+        held = dt
+        finished = need <= useful + _EPS
+        if finished:
+            held = overhead + need
+            job.work_left_s = 0.0
+            job.finish_time_s = t0 + held
+        else:
+            job.work_left_s -= useful * job.speed
+        job.attained_gpu_s += a.num_gpus * held
+        self.allocated_gpu_s += job.gpu_weight * held
+        self.allocated_cpu_s += a.cpus * held
+        job.view = None
+        return finished
 
     # -- results ------------------------------------------------------------------------
     def _record(self, job: _SimJob, active_at_arrival: int) -> JobRecord:

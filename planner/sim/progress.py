@@ -3,19 +3,31 @@
 A trace's ``duration_s`` is the job's run time at its reference allocation (its
 GPU-proportional share, consolidated, alone, on its ``gpu_type`` if the trace names
 one). A job advances ``dt * speed`` seconds of that work in ``dt`` seconds, where
-``speed`` multiplies the profile's factors for what differs from the reference.
+``speed`` multiplies the profile's factors for what differs from the reference:
+
+* GPU type (Gavel's measured throughputs);
+* CPUs and memory per GPU against the GPU-proportional share of the GPUs it holds
+  (Synergy's sensitivity matrix); a job sharing its GPUs is compared with its share of
+  them, since the packed measurements below already include the sharing;
+* the GPU's other job, if any: the normalised packed throughput of the pair
+  (:class:`profiles.colocation.ColocationModel`, the true values: the profiling noise
+  of Tesserae §7.2 only affects what the planner believes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from planner.errors import SimulationError
 from planner.model import Assignment, Node
 from planner.policies.shaping import proportional_share
 from planner.traces.records import TraceJob
+from profiles.colocation import ColocationModel, Side
+from profiles.schema import plan_key
 from profiles.speed import cpu_mem_factor, gpu_type_factor
 from profiles.store import ProfileStore
+
+Partner = tuple[TraceJob, Assignment]
 
 
 class SpeedModel:
@@ -24,29 +36,24 @@ class SpeedModel:
     def __init__(self, profiles: ProfileStore, nodes: Mapping[str, Node]) -> None:
         self.profiles = profiles
         self.nodes = nodes
+        self.colocation = ColocationModel(profiles)
         self._memo: dict[tuple[object, ...], float] = {}
 
-    def speed(self, job: TraceJob, assignment: Assignment) -> float:
+    def speed(self, job: TraceJob, assignment: Assignment, partners: Sequence[Partner] = ()) -> float:
         node = self.nodes[assignment.gpus[0][0]]
         shape = tuple(
             (self.nodes[name].gpus, self.nodes[name].cpus, self.nodes[name].mem_gb, count)
             for name, count in assignment.per_node
         )
-        key = (
-            job.model,
-            job.batch_size,
-            job.gpu_type,
-            node.gpu_type,
-            shape,
-            assignment.cpus,
-            assignment.mem_gb,
-        )
+        partner_kinds = tuple((p.model, p.batch_size, p.num_gpus, plan_key(a.plan)) for p, a in partners)
+        key = (job.model, job.batch_size, job.gpu_type, node.gpu_type, shape, assignment.cpus,
+               assignment.mem_gb, plan_key(assignment.plan), partner_kinds)  # fmt: skip
         cached = self._memo.get(key)
         if cached is not None:
             return cached
         profile = self.profiles.resolve(job.model)
         g = assignment.num_gpus
-        ref_cpus, ref_mem = proportional_share(self.nodes, assignment)
+        ref_cpus, ref_mem = proportional_share(self.nodes, assignment, 1 + len(partners))
         factor = gpu_type_factor(
             profile,
             gpu_type=node.gpu_type,
@@ -60,10 +67,16 @@ class SpeedModel:
             reference_cpus_per_gpu=ref_cpus / g,
             reference_mem_gb_per_gpu=ref_mem / g,
         )
+        mine = Side(job.model, job.batch_size, g, assignment.plan)
+        for partner, partner_assignment in partners:
+            other = Side(partner.model, partner.batch_size, partner.num_gpus, partner_assignment.plan)
+            factor *= self.colocation.estimate(mine, other, node.gpu_type).a
         if not factor > 0:
             raise SimulationError(
                 f"profile of {job.model!r} gives speed {factor} for {assignment.cpus} CPUs and "
-                f"{assignment.mem_gb:g} GB on {node.gpu_type}: a job there would never finish"
+                f"{assignment.mem_gb:g} GB on {node.gpu_type}"
+                + (f" shared with {', '.join(p.model for p, _ in partners)}" if partners else "")
+                + ": a job there would never finish"
             )
         self._memo[key] = factor
         return factor

@@ -1,8 +1,9 @@
 """The trace CSV format (DESIGN.md).
 
 Required columns: ``job_id,submit_time_s,num_gpus,duration_s,model``. Optional:
-``batch_size, iterations, gpu_type, tenant, guaranteed, deadline_s, plan`` (``plan`` is
-a JSON object). Other columns are carried by the file but ignored here. Empty optional
+``batch_size, iterations, gpu_type, tenant, guaranteed, deadline_s, plan, plans``
+(``plan`` is a JSON object, ``plans`` a JSON list of the plans the job allows Mosaic
+to choose from). Other columns are carried by the file but ignored here. Empty optional
 cells mean "not given". Every error names the source, the line and the column.
 """
 
@@ -19,7 +20,16 @@ from planner.errors import TraceError
 from planner.traces.records import TraceJob
 
 REQUIRED_COLUMNS = ("job_id", "submit_time_s", "num_gpus", "duration_s", "model")
-OPTIONAL_COLUMNS = ("batch_size", "iterations", "gpu_type", "tenant", "guaranteed", "deadline_s", "plan")
+OPTIONAL_COLUMNS = (
+    "batch_size",
+    "iterations",
+    "gpu_type",
+    "tenant",
+    "guaranteed",
+    "deadline_s",
+    "plan",
+    "plans",
+)
 TRACE_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
 
 _TRUE = {"1", "true", "yes", "y", "t"}
@@ -112,6 +122,7 @@ def parse_trace(text: str, source: str = "trace") -> tuple[TraceJob, ...]:
                 guaranteed=_parse_bool(r, "guaranteed"),
                 deadline_s=r.number("deadline_s", required=False),
                 plan=_parse_plan(r),
+                plans=_parse_plans(r),
             )
         )
     return tuple(jobs)
@@ -139,6 +150,19 @@ def _parse_plan(r: _Row) -> dict[str, Any] | None:
     return plan
 
 
+def _parse_plans(r: _Row) -> tuple[dict[str, Any], ...]:
+    text = r.cell("plans")
+    if not text:
+        return ()
+    try:
+        plans = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise r.fail("plans", f"not a JSON list: {e}") from None
+    if not isinstance(plans, list) or not all(isinstance(p, dict) for p in plans):
+        raise r.fail("plans", f"expected a JSON list of objects, got {text!r}")
+    return tuple(plans)
+
+
 def format_trace(jobs: Iterable[TraceJob]) -> str:
     """Render jobs as trace CSV; optional columns appear only when some job uses them."""
     rows = list(jobs)
@@ -164,6 +188,8 @@ def _optional_value(job: TraceJob, column: str) -> str:
         return "true" if value else ""
     if column == "plan":
         return json.dumps(dict(value), sort_keys=True) if value is not None else ""
+    if column == "plans":
+        return json.dumps([dict(p) for p in value], sort_keys=True) if value else ""
     if value is None:
         return ""
     if isinstance(value, float):

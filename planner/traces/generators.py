@@ -154,13 +154,18 @@ def shockwave_trace(
     static: bool = False,
     size_classes: Sequence[SizeClass] = SHOCKWAVE_SIZE_CLASSES,
     gpu_mix: dict[int, float] | None = None,
+    models: str = "tesserae",
 ) -> list[TraceJob]:
     """Tesserae's default, Shockwave-style trace (Tesserae §6.1 "Traces").
 
     Size class Small/Medium/Large/XL w.p. 0.72/0.2/0.05/0.03, GPU count 1/2/4/8 w.p.
-    0.6/0.3/0.09/0.01, 80 jobs/hour, models of Tesserae's Table 1. A job's duration is
-    its class's GPU-hours divided by its GPU count.
+    0.6/0.3/0.09/0.01, 80 jobs/hour. A job's duration is its class's GPU-hours divided
+    by its GPU count. ``models="tesserae"`` draws models and batch sizes from
+    Tesserae's Table 1; ``models="gavel"`` from Gavel's 26 job types (the workload
+    Shockwave itself inherits from Gavel, and the one with measured co-location data).
     """
+    if models not in ("tesserae", "gavel"):
+        raise ConfigError(f"models must be 'tesserae' or 'gavel', got {models!r}")
     rng = np.random.default_rng(seed)
     arrivals = _arrivals(rng, n_jobs, jobs_per_hour, static)
     gpus = _choice(rng, gpu_mix or SHOCKWAVE_GPU_MIX, n_jobs)
@@ -170,13 +175,18 @@ def shockwave_trace(
     model_names = list(TESSERAE_MODELS)
     model_idx = rng.integers(0, len(model_names), n_jobs)
     batch_pick = rng.random(n_jobs)
+    gavel_types = rng.integers(0, len(GAVEL_JOB_TYPES), n_jobs)
     jobs = []
     for i in range(n_jobs):
         low, high = size_classes[classes[i]].gpu_hours
         gpu_hours = math.exp(math.log(low) + u[i] * (math.log(high) - math.log(low)))
-        model = model_names[model_idx[i]]
-        batches = TESSERAE_MODELS[model]
-        batch = batches[min(int(batch_pick[i] * len(batches)), len(batches) - 1)]
+        batch: int | None
+        if models == "gavel":
+            model, batch = GAVEL_JOB_TYPES[gavel_types[i]]
+        else:
+            model = model_names[model_idx[i]]
+            batches = TESSERAE_MODELS[model]
+            batch = batches[min(int(batch_pick[i] * len(batches)), len(batches) - 1)]
         duration = gpu_hours * 3600.0 / int(gpus[i])
         jobs.append(TraceJob(str(i), _ms(arrivals[i]), int(gpus[i]), _ms(duration), model, batch_size=batch))
     return jobs

@@ -27,3 +27,4 @@ class TraceJob:
     guaranteed: bool = False
     deadline_s: float | None = None
     plan: Mapping[str, Any] | None = None
+    plans: tuple[Mapping[str, Any], ...] = ()

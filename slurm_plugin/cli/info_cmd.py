@@ -8,10 +8,14 @@ from planner.config import PRESETS, build_scheduler, component_names
 from slurm_plugin.profiles_file import load_profile_store
 
 
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("presets", help="list scheduler presets and the components they compose")
+def add_parsers(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    p = sub.add_parser(
+        "presets", parents=[common], help="list scheduler presets and the components they compose"
+    )
     p.set_defaults(run=run_presets)
-    q = sub.add_parser("profiles", help="list model profiles, or show one")
+    q = sub.add_parser("profiles", parents=[common], help="list model profiles, or show one")
     q.add_argument("model", nargs="?", help="a model name or alias")
     q.add_argument("--profiles", action="append", default=[], metavar="JSON", help="extra profile file(s)")
     q.set_defaults(run=run_profiles)

@@ -26,22 +26,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv: debug)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="only errors on stderr")
+    parser.add_argument("-q", "--quiet", action="store_true", default=False, help="only errors on stderr")
+    # The same flags after the command (``mosaic sim -q ...``); SUPPRESS keeps the
+    # top-level values when they are not repeated there.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument(
+        "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    sim_cmd.add_parser(sub)
-    trace_cmd.add_parser(sub)
-    plan_cmd.add_parser(sub)
-    info_cmd.add_parsers(sub)
+    sim_cmd.add_parser(sub, common)
+    trace_cmd.add_parser(sub, common)
+    plan_cmd.add_parser(sub, common)
+    info_cmd.add_parsers(sub, common)
     return parser
+
+
+class _Formatter(logging.Formatter):
+    """Progress lines as they are; warnings and errors prefixed like other CLI errors."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.levelno == logging.INFO:
+            return message
+        if record.levelno == logging.DEBUG:
+            return f"debug {record.name}: {message}"
+        return f"mosaic: {record.levelname.lower()}: {message}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    level = (
-        logging.ERROR if args.quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]
-    )
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    level = logging.ERROR if args.quiet else (logging.INFO, logging.DEBUG)[min(args.verbose, 1)]
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter())
+    logging.basicConfig(level=level, handlers=[handler], force=True)
     try:
         code: int = args.run(args)
         return code

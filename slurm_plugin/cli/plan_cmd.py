@@ -15,9 +15,12 @@ from slurm_plugin.files import read_json
 from slurm_plugin.profiles_file import load_profile_store
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     p = sub.add_parser(
         "plan",
+        parents=[common],
         help="plan one round for a snapshot (dry run) and print the RoundPlan JSON",
         description="Reads a Snapshot (DESIGN.md contract; '-' for stdin) and prints the RoundPlan "
         "the scheduler would apply. decision_time_s is the planner's own time.",

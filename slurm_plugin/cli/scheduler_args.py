@@ -45,8 +45,9 @@ def add_scheduler_args(parser: argparse.ArgumentParser, default_preset: str | No
         "--option",
         action="append",
         default=[],
-        metavar="COMPONENT.KEY=VALUE",
-        help="a component option, VALUE in TOML syntax (e.g. -o tiresias.promote_knob=4)",
+        metavar="STAGE.KEY=VALUE",
+        help="an option of the component filling STAGE (policy, placement, packing, shaping, "
+        "reconfiguration, migration), VALUE in TOML syntax (e.g. -o policy.promote_knob=4)",
     )
     parser.set_defaults(default_preset=default_preset)
 
@@ -67,8 +68,8 @@ def scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
     if args.option:
         options = {k: dict(v) for k, v in table.get("options", {}).items()}
         for text in args.option:
-            component, key, value = _parse_option(text)
-            options.setdefault(component, {})[key] = value
+            stage, key, value = _parse_option(text)
+            options.setdefault(stage, {})[key] = value
         table["options"] = options
     for flag, key in (("packing", "packing"), ("reconfig", "reconfiguration"), ("migration", "migration")):
         if getattr(args, flag) is not None:
@@ -93,11 +94,11 @@ def scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
 
 def _parse_option(text: str) -> tuple[str, str, Any]:
     name, sep, value = text.partition("=")
-    component, dot, key = name.strip().partition(".")
-    if not sep or not dot or not component or not key:
-        raise ConfigError(f"--option {text!r}: expected COMPONENT.KEY=VALUE, e.g. tiresias.promote_knob=4")
+    stage, dot, key = name.strip().partition(".")
+    if not sep or not dot or not stage or not key:
+        raise ConfigError(f"--option {text!r}: expected STAGE.KEY=VALUE, e.g. policy.promote_knob=4")
     try:
         parsed = tomllib.loads(f"v = {value.strip()}")["v"]
     except tomllib.TOMLDecodeError:
         parsed = value.strip()  # a bare word is a string
-    return component, key, parsed
+    return stage, key, parsed

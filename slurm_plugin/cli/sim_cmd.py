@@ -27,9 +27,12 @@ DEMO_CLUSTER = "demo_cluster.toml"
 DEMO_TRACE = "demo_trace.csv"
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     p = sub.add_parser(
         "sim",
+        parents=[common],
         help="simulate a trace on a cluster",
         description="Replay a trace with the planner's own plan_round and write summary.json, jobs.csv "
         "and plot.png. Without --cluster/--trace, runs the bundled demo (64 GPUs, 240 jobs).",
@@ -41,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--seed",
         type=int,
         default=0,
-        help="seed for randomised components (the baseline stages have none; recorded in summary.json)",
+        help="seed for random draws (the profiling noise); recorded in summary.json",
     )
     p.add_argument("--round-s", type=float, default=360.0, help="round length in seconds (default 360)")
     p.add_argument("--checkpoint-s", type=float, default=10.0, help="checkpoint cost per restart (s)")
@@ -54,6 +57,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--horizon-s", type=float, help="stop after this much simulated time")
     p.add_argument("--profiles", action="append", default=[], metavar="JSON", help="extra profile file(s)")
+    p.add_argument(
+        "--profile-noise",
+        type=float,
+        default=0.0,
+        metavar="N",
+        help="the planner sees every profiled throughput times a fixed random factor in [1-N, 1+N] "
+        "(Tesserae §7.2); true speeds are unchanged",
+    )
     p.add_argument("--json", action="store_true", help="also print summary.json on stdout")
     p.add_argument("--no-plot", action="store_true", help="do not write plot.png")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -71,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     trace = parse_trace(read_text(args.trace) if args.trace else bundled_text(DEMO_TRACE), source=trace_name)
     profiles: ProfileStore = load_profile_store(args.profiles)
     config = scheduler_config(args)
-    scheduler = build_scheduler(config, profiles)
+    scheduler = build_scheduler(config, profiles, profile_noise=args.profile_noise, seed=args.seed)
     sim_config = SimConfig(
         round_s=args.round_s,
         checkpoint_s=args.checkpoint_s,
@@ -115,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
         "restart_cost_s": sim_config.restart_cost_s,
         "trigger": args.trigger,
         "seed": args.seed,
+        "profile_noise": args.profile_noise,
         "wall_time_s": wall,
         "unknown_models": sorted(result.unknown_models),
     }

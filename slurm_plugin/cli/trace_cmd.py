@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections import Counter
 
@@ -14,14 +15,18 @@ from planner.traces.records import TraceJob
 from slurm_plugin.files import bundled_text, read_text, write_atomic
 
 PHILLY_FILE = "philly_derived_gavel_msr_all.csv.gz"
+log = logging.getLogger(__name__)
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("trace", help="generate or import job traces")
+def add_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    p = sub.add_parser("trace", parents=[common], help="generate or import job traces")
     tsub = p.add_subparsers(dest="trace_command", required=True, metavar="{gen,philly}")
 
     gen = tsub.add_parser(
         "gen",
+        parents=[common],
         help="generate a seeded trace",
         description="synergy: Synergy's Philly-derived trace (§5.1); shockwave: Tesserae's default "
         "(§6.1); gavel: Gavel's generator (Tesserae §7).",
@@ -35,11 +40,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     gen.add_argument("--split", default="20,70,10", help="synergy: image,language,speech percentages")
     gen.add_argument("--single-gpu", action="store_true", help="synergy: every job asks for 1 GPU")
     gen.add_argument("--max-gpus", type=int, default=16, help="synergy: largest GPU demand kept (default 16)")
+    gen.add_argument(
+        "--models",
+        choices=("tesserae", "gavel"),
+        default="tesserae",
+        help="shockwave: Tesserae's Table 1 models (default) or Gavel's job types",
+    )
     gen.add_argument("--out", required=True, metavar="CSV", help="output file ('-' for stdout)")
     gen.set_defaults(run=run_gen)
 
     ph = tsub.add_parser(
         "philly",
+        parents=[common],
         help="a window of the real Philly-derived trace (one virtual cluster)",
         description="Submit times restart at 0 in every virtual cluster (VC), so a trace is one VC "
         "(or a window of it), re-based to t=0. --list shows the VCs.",
@@ -63,7 +75,7 @@ def _emit(jobs: list[TraceJob], out: str) -> None:
     gpus = Counter(j.num_gpus for j in jobs)
     span_h = (max(j.submit_time_s for j in jobs) - min(j.submit_time_s for j in jobs)) / 3600 if jobs else 0
     mix = ", ".join(f"{g}:{n}" for g, n in sorted(gpus.items()))
-    print(f"wrote {len(jobs)} jobs to {out} (arrivals over {span_h:.1f} h; GPUs {mix})", file=sys.stderr)
+    log.info("wrote %d jobs to %s (arrivals over %.1f h; GPUs %s)", len(jobs), out, span_h, mix)
 
 
 def run_gen(args: argparse.Namespace) -> int:
@@ -85,7 +97,9 @@ def run_gen(args: argparse.Namespace) -> int:
             static=args.static,
         )
     elif args.kind == "shockwave":
-        jobs = shockwave_trace(args.jobs, jobs_per_hour=rate, seed=args.seed, static=args.static)
+        jobs = shockwave_trace(
+            args.jobs, jobs_per_hour=rate, seed=args.seed, static=args.static, models=args.models
+        )
     else:
         jobs = gavel_trace(args.jobs, jobs_per_hour=rate, seed=args.seed, static=args.static)
     _emit(jobs, args.out)

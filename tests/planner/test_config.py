@@ -25,8 +25,8 @@ def test_unknown_preset_lists_the_known_ones():
 def test_unknown_component_lists_the_known_ones():
     with pytest.raises(ConfigError, match=r"unknown ordering policy 'lottery'; known: .*fifo.*tiresias"):
         build_scheduler(preset("fifo").with_overrides(policy="lottery"))
-    with pytest.raises(ConfigError, match=r"unknown packing 'tesserae'; known: \(none yet\)"):
-        build_scheduler(preset("fifo").with_overrides(packing="tesserae"))
+    with pytest.raises(ConfigError, match=r"unknown packing 'magic'; known: gavel, tesserae"):
+        build_scheduler(preset("fifo").with_overrides(packing="magic"))
 
 
 def test_scheduler_table_with_options():
@@ -34,7 +34,7 @@ def test_scheduler_table_with_options():
         {
             "preset": "tiresias",
             "preemptive": False,
-            "options": {"tiresias": {"queue_thresholds_gpu_s": [100, 1000], "promote_knob": 0}},
+            "options": {"policy": {"queue_thresholds_gpu_s": [100, 1000], "promote_knob": 0}},
         }
     )
     s = build_scheduler(config)
@@ -46,13 +46,18 @@ def test_scheduler_table_with_options():
     ("table", "message"),
     [
         ({"preset": "fifo", "polcy": "las"}, r"unknown key 'polcy'; valid keys: .*policy"),
-        ({"preset": "tiresias", "options": {"tiresias": {"queues": 3}}}, r"unknown key 'queues'"),
+        ({"preset": "tiresias", "options": {"policy": {"queues": 3}}}, r"unknown key 'queues'"),
+        ({"preset": "tiresias", "options": {"tiresias": {"promote_knob": 3}}}, r"unknown stage 'tiresias'"),
         (
-            {"preset": "tiresias", "options": {"tiresias": {"queue_thresholds_gpu_s": [10, 5]}}},
+            {"preset": "tiresias", "options": {"packing": {"max_gpus": 1}}},
+            r"options given for the packing stage",
+        ),
+        (
+            {"preset": "tiresias", "options": {"policy": {"queue_thresholds_gpu_s": [10, 5]}}},
             "strictly increasing",
         ),
         (
-            {"preset": "sjf", "options": {"sjf": {"size": "weight"}}},
+            {"preset": "sjf", "options": {"policy": {"size": "weight"}}},
             r"expected one of duration, gpu_time, gpus",
         ),
         ({"preset": "fifo", "preemptive": "yes"}, "expected true or false"),

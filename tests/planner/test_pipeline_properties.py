@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from dataclasses import replace
 
 from hypothesis import given
@@ -93,8 +94,9 @@ def _next_round(snapshot: Snapshot, plan) -> Snapshot:
 
 @given(snapshots(), st.sampled_from(PRESET_NAMES))
 def test_plans_never_overallocate(snapshot, name):
-    plan = plan_round(snapshot, scheduler(name))
-    assert plan_violations(snapshot, plan) == []
+    sched = scheduler(name)
+    plan = plan_round(snapshot, sched)
+    assert plan_violations(snapshot, plan, sched.max_jobs_per_gpu) == []
     assert set(plan.assignments) <= {j.id for j in snapshot.jobs}
     assert set(plan.reasons) == {j.id for j in snapshot.jobs}
     assert sorted(plan.order) == sorted(j.id for j in snapshot.jobs)
@@ -102,9 +104,14 @@ def test_plans_never_overallocate(snapshot, name):
 
 @given(snapshots(), st.sampled_from(PRESET_NAMES))
 def test_every_job_is_placed_at_most_once(snapshot, name):
-    plan = plan_round(snapshot, scheduler(name))
-    slots = [slot for a in plan.assignments.values() for slot in a.gpus]
-    assert len(slots) == len(set(slots))
+    sched = scheduler(name)
+    plan = plan_round(snapshot, sched)
+    slots = collections.Counter(slot for a in plan.assignments.values() for slot in a.gpus)
+    assert max(slots.values(), default=0) <= sched.max_jobs_per_gpu
+    for job_id, a in plan.assignments.items():  # sharing is recorded on both sides
+        for other in a.shares_with:
+            assert job_id in plan.assignments[other].shares_with
+            assert set(plan.assignments[other].gpus) == set(a.gpus)
     diff = set(plan.started) | set(plan.migrated) | set(plan.preempted)
     assert len(diff) == len(plan.started) + len(plan.migrated) + len(plan.preempted)
 

@@ -163,3 +163,34 @@ def test_horizon_is_respected_while_the_cluster_is_idle():
 def test_duplicate_trace_ids_are_rejected():
     with pytest.raises(ConfigError, match="job id 'a' twice"):
         run([trace_job("a"), trace_job("a", submit=5)])
+
+
+def test_packed_jobs_run_at_their_packed_speed_and_speed_up_when_the_partner_ends():
+    # One 1-GPU V100 node; lm(20) and recommendation(2048) share it (tesserae packing).
+    # Neither has a CPU-sensitivity profile, so only the sharing changes their speed.
+    nodes = make_nodes(1, gpus=1, gpu_type="v100", cpus=4, mem_gb=64.0)
+    a = trace_job("a", 0, 1, 1000, model="lm", batch_size=20)
+    b = trace_job("b", 0, 1, 100, model="recommendation", batch_size=2048)
+    result = simulate(
+        nodes, [a, b], scheduler("fifo", packing="tesserae"), SimConfig(round_s=3600), profiles=profiles()
+    )
+    model = SpeedModel(profiles(), {n.name: n for n in nodes}).colocation
+    from profiles.colocation import Side
+
+    est = model.estimate(Side("lm", 20, 1), Side("recommendation", 2048, 1), "v100")
+    b_done = 100 / est.b
+    assert record(result, "b").finish_time_s == pytest.approx(b_done)
+    # a ran packed until b finished, then alone at full speed.
+    a_done = b_done + (1000 - b_done * est.a)
+    assert record(result, "a").finish_time_s == pytest.approx(a_done)
+    assert record(result, "a").start_time_s == record(result, "b").start_time_s == 0
+
+
+def test_packing_presets_simulate_without_breaking_invariants():
+    from planner.traces.generators import gavel_trace
+
+    trace = gavel_trace(60, jobs_per_hour=20, seed=2)
+    nodes = make_nodes(2, gpus=8, cpus=24, mem_gb=500.0)
+    for name in ("tesserae-t", "tesserae-ftf", "tiresias-single", "gavel-las"):
+        result = simulate(nodes, trace, scheduler(name), SimConfig(), profiles=profiles())
+        assert result.summary["finished"] == 60, name

@@ -7,9 +7,10 @@ import pytest
 
 from planner.errors import ProfileError
 from profiles import ProfileStore, SensitivityMatrix
-from profiles.builtin import ColocationKey, builtin_colocation
+from profiles.builtin import builtin_colocation
 from profiles.document import profiles_from_document
 from profiles.names import normalise, split_batch_suffix
+from profiles.schema import ColocationKey
 from profiles.speed import cpu_mem_factor, gpu_type_factor
 
 STORE = ProfileStore.builtin()

@@ -104,7 +104,7 @@ def test_overrides_and_options_reach_the_scheduler(small, tmp_path):
                 "--policy",
                 "tiresias",
                 "-o",
-                "tiresias.promote_knob=0",
+                "policy.promote_knob=0",
                 "--non-preemptive",
                 "--out",
                 str(out),
@@ -127,8 +127,8 @@ def test_overrides_and_options_reach_the_scheduler(small, tmp_path):
         ),
         (["sim", "--trace", "/nonexistent.csv", "--out", "x"], "/nonexistent.csv: no such file"),
         (["sim", "--round-s", "0", "--out", "x"], "round_s must be > 0"),
-        (["sim", "-o", "tiresias.nope=1", "--out", "x"], "unknown key 'nope'"),
-        (["sim", "-o", "promote_knob=1", "--out", "x"], "expected COMPONENT.KEY=VALUE"),
+        (["sim", "-o", "policy.nope=1", "--out", "x"], "unknown key 'nope'"),
+        (["sim", "-o", "promote_knob=1", "--out", "x"], "expected STAGE.KEY=VALUE"),
         (
             [
                 "trace",

@@ -55,3 +55,46 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
     path.write_text(json.dumps(document, indent=2) + "\n")
     print(f"wrote {path.relative_to(RESULTS.parent.parent)}")
     return path
+
+
+def busy_snapshot(nodes: Any, n_jobs: int, first_round: str = "fifo") -> Any:
+    """A mid-trace round: Gavel-style jobs, one ``first_round`` plan applied, an hour later.
+
+    Running jobs are those the first round placed; every job has 0-50 GPU-hours of
+    attained service and its remaining time shortened to match (deterministic, seed 0).
+    """
+    import random
+    from dataclasses import replace
+
+    from planner import Job, JobState, Snapshot, build_scheduler, plan_round, preset
+    from planner.traces.generators import gavel_trace
+
+    rng = random.Random(0)
+    jobs = tuple(
+        Job(
+            id=t.job_id,
+            num_gpus=t.num_gpus,
+            model=t.model,
+            submit_time_s=rng.uniform(0, 3600),
+            duration_s=t.duration_s,
+            remaining_s=t.duration_s,
+            batch_size=t.batch_size,
+        )
+        for t in gavel_trace(n_jobs, jobs_per_hour=1, seed=0)
+    )
+    first = plan_round(Snapshot(3600.0, tuple(nodes), jobs), build_scheduler(preset(first_round)))
+    later = []
+    for job in jobs:
+        attained = rng.uniform(0, 50 * 3600)
+        a = first.assignments.get(job.id)
+        later.append(
+            replace(
+                job,
+                state=JobState.RUNNING if a is not None else JobState.PENDING,
+                assignment=a,
+                attained_gpu_s=attained,
+                remaining_s=max(60.0, (job.duration_s or 0) - attained / job.num_gpus),
+                policy_state=first.policy_state.get(job.id),
+            )
+        )
+    return Snapshot(7200.0, tuple(nodes), tuple(later))

@@ -13,59 +13,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import write_result  # noqa: E402
-from planner import PRESETS, Job, JobState, Snapshot, build_scheduler, plan_round, preset  # noqa: E402
+from benchmarks.common import busy_snapshot, write_result  # noqa: E402
+from planner import PRESETS, build_scheduler, plan_round, preset  # noqa: E402
 from planner.cluster import cluster_from_toml  # noqa: E402
 from planner.codec import snapshot_to_json  # noqa: E402
-from planner.traces.generators import gavel_trace  # noqa: E402
 from profiles.store import ProfileStore  # noqa: E402
 
 CLUSTER = '[[nodes]]\ncount = 32\ngpus = 8\ngpu_type = "v100"\ncpus = 24\nmem_gb = 500\n'
-
-
-def busy_snapshot(n_jobs: int) -> Snapshot:
-    nodes = cluster_from_toml(CLUSTER)
-    rng = random.Random(0)
-    jobs = tuple(
-        Job(
-            id=t.job_id,
-            num_gpus=t.num_gpus,
-            model=t.model,
-            submit_time_s=rng.uniform(0, 3600),
-            duration_s=t.duration_s,
-            remaining_s=t.duration_s,
-            batch_size=t.batch_size,
-        )
-        for t in gavel_trace(n_jobs, jobs_per_hour=1, seed=0)
-    )
-    first = plan_round(Snapshot(3600.0, nodes, jobs), build_scheduler(preset("fifo")))
-    later = []
-    for job in jobs:
-        attained = rng.uniform(0, 50 * 3600)
-        a = first.assignments.get(job.id)
-        state = JobState.RUNNING if a is not None else JobState.PENDING
-        later.append(
-            replace(
-                job,
-                state=state,
-                assignment=a,
-                attained_gpu_s=attained,
-                remaining_s=max(60.0, job.duration_s - attained / job.num_gpus),
-            )
-        )
-    return Snapshot(7200.0, nodes, tuple(later))
 
 
 def main() -> None:
@@ -75,7 +39,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2048)
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args()
-    snapshot = busy_snapshot(args.jobs)
+    snapshot = busy_snapshot(cluster_from_toml(CLUSTER), args.jobs)
     running = sum(j.is_running for j in snapshot.jobs)
     profiles = ProfileStore.builtin()
     per_preset = {}

@@ -22,22 +22,20 @@ Five parts, each written to benchmarks/results/tesserae_<part>.json:
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import write_result
-from planner import Job, JobState, Snapshot, build_scheduler, plan_round, preset
+from benchmarks.common import busy_snapshot, write_result
+from planner import Snapshot, build_scheduler, plan_round, preset
 from planner.cluster import cluster_from_toml
 from planner.pipeline import _protect_running, finalize
 from planner.policies.migration import gpu_level_relabelling
 from planner.sim import SimConfig, Simulator, simulate
-from planner.traces.generators import gavel_trace, shockwave_trace
+from planner.traces.generators import shockwave_trace
 from profiles.store import ProfileStore
 
 ETC = Path(__file__).resolve().parent.parent / "etc" / "clusters"
@@ -175,37 +173,6 @@ def part_packing() -> None:
     )
 
 
-def busy_snapshot(nodes, n_jobs: int) -> Snapshot:  # type: ignore[no-untyped-def]
-    rng = random.Random(0)
-    jobs = tuple(
-        Job(
-            id=t.job_id,
-            num_gpus=t.num_gpus,
-            model=t.model,
-            submit_time_s=rng.uniform(0, 3600),
-            duration_s=t.duration_s,
-            remaining_s=t.duration_s,
-            batch_size=t.batch_size,
-        )
-        for t in gavel_trace(n_jobs, jobs_per_hour=1, seed=0)
-    )
-    sched = build_scheduler(preset("tesserae-t"), PROFILES)
-    first = plan_round(Snapshot(3600.0, tuple(nodes), jobs), sched)
-    later = []
-    for j in jobs:
-        a = first.assignments.get(j.id)
-        later.append(
-            replace(
-                j,
-                state=JobState.RUNNING if a else JobState.PENDING,
-                assignment=a,
-                attained_gpu_s=rng.uniform(0, 50 * 3600),
-                policy_state=first.policy_state.get(j.id),
-            )
-        )
-    return Snapshot(7200.0, tuple(nodes), tuple(later))
-
-
 def part_scaling() -> None:
     sched = build_scheduler(preset("tesserae-t"), PROFILES)
     points = []
@@ -220,7 +187,7 @@ def part_scaling() -> None:
         nodes = cluster_from_toml(
             f'[[nodes]]\ncount = {gpus // 8}\ngpus = 8\ngpu_type = "v100"\ncpus = 24\nmem_gb = 500\n'
         )
-        snap = busy_snapshot(nodes, n_jobs)
+        snap = busy_snapshot(nodes, n_jobs, first_round="tesserae-t")
         plans = [plan_round(snap, sched, clock=time.perf_counter) for _ in range(repeat)]
         best = min(plans, key=lambda p: p.decision_time_s)
         point = {

@@ -24,9 +24,10 @@ Gavel's rule (a job keeps its GPU ids or migrates) is no relabelling at all: the
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -168,35 +169,43 @@ def _relabelled(draft: Draft, relabelling: Relabelling) -> Draft:
     return Draft(assignments=moved, outcomes=draft.outcomes)
 
 
-@MIGRATIONS.register("tesserae")
 @dataclass(frozen=True)
-class TesseraeMigration:
-    """Tesserae's Algorithms 2 and 3: node matching over GPU matching (consolidation-safe)."""
+class _RelabellingStage(ABC):
+    component: ClassVar[str]
+
+    @abstractmethod
+    def rule(self, old: Placement, new: Placement, nodes: Sequence[Node]) -> Relabelling:
+        """The relabelling of ``new`` onto the physical GPUs of ``old``."""
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
-        options_reader(options, "tesserae migration", [])
+        options_reader(options, cls.component, [])
         return cls()
 
     def relabel(self, snapshot: Snapshot, draft: Draft) -> Draft:
         old, new = _placements(snapshot, draft)
-        if _already_in_place(old, new):  # identity costs 0: nothing can do better
+        if _already_in_place(old, new):  # the identity costs 0: nothing can do better
             return draft
-        return _relabelled(draft, tesserae_relabelling(old, new, snapshot.nodes))
+        return _relabelled(draft, self.rule(old, new, snapshot.nodes))
+
+
+@MIGRATIONS.register("tesserae")
+@dataclass(frozen=True)
+class TesseraeMigration(_RelabellingStage):
+    """Tesserae's Algorithms 2 and 3: node matching over GPU matching (consolidation-safe)."""
+
+    component = "tesserae migration"
+
+    def rule(self, old: Placement, new: Placement, nodes: Sequence[Node]) -> Relabelling:
+        return tesserae_relabelling(old, new, nodes)
 
 
 @MIGRATIONS.register("gpu-level")
 @dataclass(frozen=True)
-class GpuLevelMigration:
+class GpuLevelMigration(_RelabellingStage):
     """Tesserae's Algorithm 5: one GPU-level matching; may split jobs across nodes."""
 
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
-        options_reader(options, "gpu-level migration", [])
-        return cls()
+    component = "gpu-level migration"
 
-    def relabel(self, snapshot: Snapshot, draft: Draft) -> Draft:
-        old, new = _placements(snapshot, draft)
-        if _already_in_place(old, new):
-            return draft
-        return _relabelled(draft, gpu_level_relabelling(old, new, snapshot.nodes))
+    def rule(self, old: Placement, new: Placement, nodes: Sequence[Node]) -> Relabelling:
+        return gpu_level_relabelling(old, new, nodes)

@@ -128,10 +128,25 @@ class PackingGraph:
             elif draft.outcomes.get(job.id) not in _NEVER_PACKED:
                 self.classes.setdefault(job.num_gpus, _Class()).cols.append(job)
 
+    def largest_node(self, gpu_type: str | None) -> int:
+        """GPUs of the largest node a job asking for ``gpu_type`` may use."""
+        return max(
+            (n.gpus for n in self.snapshot.nodes if gpu_type is None or n.gpu_type == gpu_type), default=0
+        )
+
     def _row_kind(self, job: Job) -> tuple[object, ...]:
         a = self.draft.assignments[job.id]
         node = self.snapshot.node(a.gpus[0][0])
-        return (job.model, job.batch_size, job.num_gpus, plan_key(a.plan), _plan_keys(job), node.gpu_type)
+        spread = len(a.per_node) > 1
+        return (
+            job.model,
+            job.batch_size,
+            job.num_gpus,
+            plan_key(a.plan),
+            _plan_keys(job),
+            node.gpu_type,
+            spread,
+        )
 
     @staticmethod
     def _col_kind(job: Job) -> tuple[object, ...]:
@@ -181,6 +196,10 @@ class PackingGraph:
         a = self.draft.assignments[p.id]
         gpu_type = self.snapshot.node(a.gpus[0][0]).gpu_type
         if q.gpu_type is not None and any(self.snapshot.node(n).gpu_type != q.gpu_type for n in a.nodes):
+            return 0.0, False, (a.plan, q.plan)
+        if len(a.per_node) > 1 and q.num_gpus <= self.largest_node(q.gpu_type):
+            # Consolidation: a job that some node could hold never runs spread out, not
+            # even on a spread partner's GPUs.
             return 0.0, False, (a.plan, q.plan)
         q_current = q.assignment.plan if q.assignment is not None else q.plan
         best: tuple[float, PlanChoice] | None = None

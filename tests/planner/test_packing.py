@@ -251,3 +251,14 @@ def test_options_are_validated():
     with pytest.raises(Exception, match="unknown key 'gpus'"):
         tesserae(gpus=1)
     assert Outcome.PLACED.runs
+
+
+def test_a_job_that_fits_a_node_is_not_packed_onto_a_spread_partner():
+    # "wide" spans two 2-GPU nodes (no node holds 4); the 2-GPU pending job could fit a
+    # single node, so it must not share wide's GPUs, which span two nodes.
+    nodes = make_nodes(2, gpus=2)
+    wide = running(make_job("wide", 2, model="resnet18", batch_size=128), [("n1", 0), ("n2", 0)])
+    pending = make_job("p", 2, submit=1, model="recommendation", batch_size=2048)
+    snapshot = make_snapshot(nodes, [wide, pending])
+    plan = plan_round(snapshot, scheduler("fifo", packing="tesserae"))
+    assert "p" not in plan.assignments or len(plan.assignments["p"].per_node) == 1

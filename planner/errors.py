@@ -36,9 +36,5 @@ class ProfileError(InputError):
     """A profile document is malformed."""
 
 
-class PlanInvariantError(MosaicError):
-    """A RoundPlan breaks an invariant (capacity, uniqueness): always a bug in a stage."""
-
-
 class SimulationError(MosaicError):
     """The simulator reached an impossible state: always a bug."""

@@ -44,14 +44,6 @@ class Node:
     intra_gbps: float | None = None
     inter_gbps: float | None = None
 
-    @property
-    def cpus_per_gpu(self) -> float:
-        return self.cpus / self.gpus if self.gpus else 0.0
-
-    @property
-    def mem_gb_per_gpu(self) -> float:
-        return self.mem_gb / self.gpus if self.gpus else 0.0
-
 
 @dataclass(frozen=True, slots=True)
 class Assignment:
@@ -192,10 +184,6 @@ class Snapshot:
     def has_node(self, name: str) -> bool:
         return name in self._nodes_by_name
 
-    @property
-    def total_gpus(self) -> int:
-        return sum(n.gpus for n in self.nodes)
-
 
 class Outcome(StrEnum):
     """Why a job is (or is not) in this round's assignments.
@@ -211,10 +199,6 @@ class Outcome(StrEnum):
     NO_GPU_TYPE = "no-gpu-type"  # no node of the requested GPU type
     INFEASIBLE = "infeasible"  # can never fit this cluster as described
     BLOCKED = "blocked"  # an earlier job waits and the policy does not backfill
-
-    @property
-    def runs(self) -> bool:
-        return self in (Outcome.KEPT, Outcome.PLACED, Outcome.MOVED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,8 +225,3 @@ class RoundPlan:
     decision_time_s: float = 0.0
     stage_times_s: Mapping[str, float] = field(default_factory=dict)
     policy_state: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-
-    @property
-    def relaunched(self) -> tuple[str, ...]:
-        """Jobs whose processes restart this round (migration or reshape)."""
-        return self.migrated + self.reshaped

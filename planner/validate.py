@@ -1,13 +1,11 @@
 """Invariants every RoundPlan must satisfy, checked in one place.
 
-The simulator checks every round with :func:`plan_violations` (a violation is a bug in
-a stage, so it stops), property tests check random snapshots, and the live controller
-checks a plan before acting on it.
+The simulator checks every plan that changes anything with :func:`plan_violations` (a
+violation is a bug in a stage, so it stops), and property tests check random snapshots.
 """
 
 from __future__ import annotations
 
-from planner.errors import PlanInvariantError
 from planner.model import GpuSlot, RoundPlan, Snapshot
 
 MEM_TOLERANCE_GB = 1e-6
@@ -60,10 +58,3 @@ def plan_violations(snapshot: Snapshot, plan: RoundPlan, max_jobs_per_gpu: int =
         if node is not None and mem > node.mem_gb + MEM_TOLERANCE_GB:
             problems.append(f"node '{node_name}' is given {mem:.3f} GB of {node.mem_gb}")
     return problems
-
-
-def check_plan(snapshot: Snapshot, plan: RoundPlan, max_jobs_per_gpu: int = 1) -> None:
-    """Raise :class:`PlanInvariantError` listing every violation, if any."""
-    problems = plan_violations(snapshot, plan, max_jobs_per_gpu)
-    if problems:
-        raise PlanInvariantError("round plan breaks invariants:\n  " + "\n  ".join(problems))

@@ -218,6 +218,3 @@ def gavel_trace(
             TraceJob(str(i), _ms(arrivals[i]), int(gpus[i]), _ms(durations[i]), model, batch_size=batch)
         )
     return jobs
-
-
-GENERATORS = ("synergy", "shockwave", "gavel")

@@ -6,7 +6,6 @@ import pytest
 
 from planner import plan_round
 from planner.config import build_scheduler, preset
-from planner.model import Outcome
 from planner.policies.packing import GavelPacking, PackingGraph, PackingOptions, TesseraePacking
 from planner.policies.placement import ConsolidatedPlacement
 from planner.registry import StageContext
@@ -250,7 +249,6 @@ def test_packing_graph_drops_columns_that_could_never_be_matched():
 def test_options_are_validated():
     with pytest.raises(Exception, match="unknown key 'gpus'"):
         tesserae(gpus=1)
-    assert Outcome.PLACED.runs
 
 
 def test_a_job_that_fits_a_node_is_not_packed_onto_a_spread_partner():

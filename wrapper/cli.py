@@ -1,30 +1,84 @@
-"""``mosaic-run -- COMMAND ...``: run a job's training command.
+"""``mosaic-run [OPTIONS] -- COMMAND ...``: run a job's training the way Mosaic planned it.
 
-With no plan for the job (no controller, or the job is not managed), the job runs
-exactly as submitted: ``mosaic-run`` replaces itself with the command, so signals,
-exit status and output are the command's own.
+Without a plan file and without ``--framework`` (a job that never declared itself to
+Mosaic), ``mosaic-run`` replaces itself with the command: signals, exit status and output
+are the command's own, exactly as submitted.
+
+Otherwise it reads the job's plan (``--plan-file``, ``MOSAIC_PLAN_FILE``, or
+``$MOSAIC_SPOOL/plans/$SLURM_JOB_ID.json``; absent: the submitted ``--plan`` on
+``--workers`` ranks), resolves it for the global batch, finds the newest complete
+checkpoint, renders the plan for the framework (a DeepSpeed config, Megatron arguments, or
+the torch environment), starts one rank per GPU (srun inside Slurm, local processes
+otherwise), forwards the checkpoint signals, and after a signalled stop writes the
+checkpoint marker the controller waits for (:mod:`wrapper.status`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import os
 import shutil
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
+
+from planner.errors import InputError
+from planner.execplan import PlanError, check_transition, plan_from_mapping, resolve
+from wrapper import checkpoint, render, status
+from wrapper.deepspeed_resume import prepare_deepspeed_resume
+from wrapper.launch import TASK_SHIM, Supervisor, start_local, start_srun
+from wrapper.planfile import find_plan_file, read_plan_file
+
+log = logging.getLogger("mosaic-run")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mosaic-run",
         description="Run a training command as Mosaic planned it (as submitted when there is no plan).",
-        usage="mosaic-run [-h] -- COMMAND [ARG ...]",
+        usage="mosaic-run [-h] [OPTIONS] -- COMMAND [ARG ...]",
     )
+    parser.add_argument(
+        "--framework", choices=render.FRAMEWORKS, help="what the training uses (declares the job)"
+    )
+    parser.add_argument(
+        "--plan-file", help="the plan file (default: $MOSAIC_PLAN_FILE or $MOSAIC_SPOOL/plans/JOB.json)"
+    )
+    parser.add_argument("--plan", help="the submitted execution plan as JSON, used while no plan file exists")
+    parser.add_argument(
+        "--workers", type=int, help="ranks to run without a plan file (default: $SLURM_NTASKS or 1)"
+    )
+    parser.add_argument(
+        "--global-batch", type=int, help="the job's global batch (examples per optimizer step)"
+    )
+    parser.add_argument(
+        "--checkpoint-dir", help="where checkpoints go (default: $MOSAIC_CHECKPOINT_DIR or ./mosaic-ckpt/JOB)"
+    )
+    parser.add_argument(
+        "--deepspeed-config",
+        help="the job's own DeepSpeed config; its path in COMMAND is replaced by the rendered one",
+    )
+    parser.add_argument(
+        "--launcher",
+        choices=("auto", "srun", "local"),
+        default="auto",
+        help="how ranks start (auto: srun inside Slurm)",
+    )
+    parser.add_argument(
+        "--grace-s",
+        type=float,
+        default=25.0,
+        help="seconds ranks get to checkpoint after a signal (below Slurm's KillWait)",
+    )
+    parser.add_argument("--output", help="append every rank's output to this file (kept across restarts)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, after --")
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:  # returns only on error
+def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = list(args.command)
     if command and command[0] == "--":
@@ -35,9 +89,127 @@ def main(argv: Sequence[str] | None = None) -> int:  # returns only on error
     if shutil.which(command[0]) is None:
         print(f"mosaic-run: error: command not found: {command[0]}", file=sys.stderr)
         return 127
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execvp(command[0], command)  # replaces this process: never returns
+    logging.basicConfig(level=logging.INFO, format="mosaic-run: %(message)s", stream=sys.stderr)
+    env = dict(os.environ)
+    try:
+        plan_path = find_plan_file(env, args.plan_file)
+        job_plan = read_plan_file(plan_path) if plan_path is not None else None
+        if job_plan is None and args.framework is None and args.plan is None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.execvp(command[0], command)  # as submitted: replaces this process, never returns
+        return _run(args, command, env, job_plan)
+    except InputError as e:
+        print(f"mosaic-run: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, command: list[str], env: dict[str, str], job_plan: object) -> int:
+    from wrapper.plandoc import JobPlan
+
+    assert job_plan is None or isinstance(job_plan, JobPlan)
+    job_id = env.get("SLURM_JOB_ID") or "local"
+    framework = args.framework or "torch"
+    if job_plan is not None:
+        workers, submitted, version = job_plan.workers, job_plan.exec_plan, job_plan.version
+    else:
+        workers = args.workers or int(env.get("SLURM_NTASKS", "1"))
+        submitted = plan_from_mapping(json.loads(args.plan) if args.plan else None, "--plan")
+        version = None
+    plan = resolve(submitted, workers, args.global_batch, f"job {job_id}: plan")
+    ckpt_root = Path(
+        args.checkpoint_dir or env.get("MOSAIC_CHECKPOINT_DIR") or Path("mosaic-ckpt") / job_id
+    ).resolve()
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+    latest = checkpoint.latest_complete(ckpt_root)
+    if latest is not None:
+        previous = plan_from_mapping(latest.record.get("plan") or None, f"{latest.path}: plan")
+        check_transition(previous, plan, f"job {job_id}: resuming {latest.path.name}")
+    spool = status.spool_dir(env)
+    status_dir = Path(env.get("MOSAIC_STATUS_DIR") or status.status_dir(spool, job_id))
+    child_env = {
+        **env,
+        **render.torch_plan_environment(plan, version),
+        "MOSAIC_JOB_ID": job_id,
+        "MOSAIC_FRAMEWORK": framework,
+        "MOSAIC_CHECKPOINT_DIR": str(ckpt_root),
+        "MOSAIC_STATUS_DIR": str(status_dir),
+    }
+    resume_path = latest.path if latest is not None else None
+    if framework == "deepspeed":
+        base = json.loads(Path(args.deepspeed_config).read_text()) if args.deepspeed_config else None
+        resume_path, universal = prepare_deepspeed_resume(latest, plan, ckpt_root)
+        config = render.deepspeed_config(plan, base, load_universal=universal)
+        config_path = ckpt_root / ".mosaic" / f"deepspeed-config.{version or 0}.json"
+        config_path.parent.mkdir(parents=True, exist_ok=True)
+        config_path.write_text(json.dumps(config, indent=2) + "\n")
+        child_env["MOSAIC_DEEPSPEED_CONFIG"] = str(config_path)
+        if args.deepspeed_config:
+            command = [str(config_path) if a == args.deepspeed_config else a for a in command]
+    elif framework == "megatron":
+        command = [*command, *render.megatron_args(plan)]
+    if resume_path is not None and latest is not None:
+        child_env["MOSAIC_RESUME_FROM"] = str(resume_path)
+        child_env["MOSAIC_RESUME_STEP"] = str(latest.step)
+    else:
+        child_env.pop("MOSAIC_RESUME_FROM", None)
+        child_env.pop("MOSAIC_RESUME_STEP", None)
+    restarts = env.get("SLURM_RESTART_COUNT", "0")
+    log.info(
+        "job %s (restart %s): plan version %s, %d ranks, %s, %s",
+        job_id,
+        restarts,
+        version if version is not None else "none (as submitted)",
+        workers,
+        framework,
+        f"resuming from {latest.path.name}" if latest is not None else "no checkpoint: starting fresh",
+    )
+    use_srun = args.launcher == "srun" or (
+        args.launcher == "auto"
+        and job_plan is not None
+        and "SLURM_JOB_ID" in env
+        and shutil.which("srun") is not None
+    )
+    output = open(args.output, "ab") if args.output else None  # noqa: SIM115 - lives as long as the ranks
+    try:
+        if use_srun:
+            assert job_plan is not None or args.launcher == "srun"
+            if job_plan is None:
+                raise PlanError("--launcher srun needs a plan file (the assignment names the nodes)")
+            argv, hostfile = render.srun_argv(job_plan.assignment, [*TASK_SHIM, *command], output=args.output)
+            if hostfile is not None:
+                hostfile_path = ckpt_root / ".mosaic" / "hostfile"
+                hostfile_path.parent.mkdir(parents=True, exist_ok=True)
+                hostfile_path.write_text(hostfile)
+                child_env["SLURM_HOSTFILE"] = str(hostfile_path)
+            procs = start_srun(argv, child_env)
+        else:
+            procs = start_local(command, workers, job_id, child_env, output)
+        outcome = Supervisor(args.grace_s, srun=use_srun).run(procs)
+    finally:
+        if output is not None:
+            output.close()
+    if outcome.stop_signal is not None:
+        done = checkpoint.latest_complete(ckpt_root)
+        status.write_marker(
+            status_dir / status.CHECKPOINT_MARKER,
+            {
+                "job_id": job_id,
+                "time": round(time.time(), 3),
+                "signal": outcome.stop_signal,
+                "plan_version": version,
+                "step": done.step if done is not None else None,
+                "path": str(done.path) if done is not None else None,
+                "killed_ranks": outcome.killed,
+                "returncode": outcome.returncode,
+            },
+        )
+        log.info(
+            "stopped on %s: newest complete checkpoint %s",
+            outcome.stop_signal,
+            done.path.name if done else "none",
+        )
+    return outcome.returncode
 
 
 if __name__ == "__main__":

@@ -1,0 +1,83 @@
+"""The tiny model of ``train_torch.py`` trained with DeepSpeed ZeRO on CPU (gloo) under mosaic-run.
+
+    mosaic-run --framework deepspeed --global-batch 16 --workers 2 --plan '{"zero_stage": 1}' \\
+        -- python contrib/examples/train_deepspeed.py --steps 50
+
+mosaic-run renders the plan into a DeepSpeed config (``MOSAIC_DEEPSPEED_CONFIG``: batch
+split, ZeRO stage, offload) and, when the data-parallel size changed since the checkpoint,
+converts it to a universal checkpoint and sets ``checkpoint.load_universal``; the script
+only asks the runtime where to resume from (:meth:`wrapper.runtime.Runtime.deepspeed_resume`).
+Same deterministic data order as ``train_torch.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import deepspeed
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_torch import EXAMPLES, build_model, dataset
+
+from wrapper import runtime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--checkpoint-every", type=int, default=0)
+    parser.add_argument("--loss-log")
+    args = parser.parse_args()
+
+    rt = runtime.current()
+    torch.manual_seed(args.seed)
+    deepspeed.init_distributed(dist_backend="gloo")
+    model = build_model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, optimizer=optimizer, config=os.environ["MOSAIC_DEEPSPEED_CONFIG"]
+    )
+    start = 0
+    resume = rt.deepspeed_resume()
+    if resume is not None:
+        engine.load_checkpoint(resume[0], tag=resume[1])
+        start = rt.resume_step()
+    micro = engine.train_micro_batch_size_per_gpu()
+    accum = engine.gradient_accumulation_steps()
+    global_batch = engine.train_batch_size()
+    x, y = dataset(EXAMPLES, args.seed)
+    dp_rank, share = rt.rank, micro * accum
+
+    for step in range(start, args.steps):
+        base = step * global_batch + dp_rank * share
+        local = torch.zeros(1, dtype=torch.float64)
+        for k in range(accum):
+            index = torch.arange(base + k * micro, base + (k + 1) * micro) % EXAMPLES
+            out = engine(x[index])
+            loss = ((out - y[index]) ** 2).mean()  # DeepSpeed divides by accum and averages over dp
+            engine.backward(loss)
+            engine.step()
+            local += loss.detach().double() * micro
+        torch.distributed.all_reduce(local)
+        mean_loss = local.item() / global_batch
+        if rt.rank == 0 and args.loss_log:
+            with open(args.loss_log, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"step": step + 1, "loss": mean_loss, "world_size": rt.world_size}) + "\n")
+        rt.report(step + 1, samples=(step + 1) * global_batch, loss=mean_loss)
+        stop = rt.should_checkpoint()
+        if stop or (args.checkpoint_every and (step + 1) % args.checkpoint_every == 0):
+            save_dir, tag = rt.deepspeed_tag(step + 1)
+            engine.save_checkpoint(save_dir, tag=tag, client_state=rt.deepspeed_client_state())
+            rt.mark_complete(Path(save_dir) / tag, step + 1, "deepspeed", extra={"loss": mean_loss})
+        if stop:
+            break
+
+
+if __name__ == "__main__":
+    main()

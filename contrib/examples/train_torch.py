@@ -1,0 +1,130 @@
+"""A tiny model trained with DDP or FSDP on CPU (gloo) under mosaic-run, using the runtime API.
+
+    mosaic-run --framework torch --global-batch 16 --workers 2 \\
+        -- python contrib/examples/train_torch.py --steps 50
+
+The data order is deterministic and depends only on the global step, never on the number
+of ranks: global step ``s`` trains on examples ``[s*G, (s+1)*G)`` of a seeded permutation
+(``G`` the global batch; indices wrap around the dataset), rank ``r`` takes its contiguous
+share and splits it into ``grad_accum`` micro-batches. So a run stopped on 2 ranks and
+resumed on 4 computes the same updates as an uninterrupted run, up to floating-point
+summation order.
+
+Fault injection for the tests: ``--hang-rank R`` makes rank R hang (never save, never exit)
+when asked to checkpoint, like a rank stuck in I/O; mosaic-run kills it after the grace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from wrapper import runtime
+
+EXAMPLES = 4096  # fixed, so the data order does not depend on how many steps a run asks for
+
+
+def build_model() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+
+
+def dataset(examples: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(examples, 8, generator=g, dtype=torch.float64).float()
+    w = torch.randn(8, 1, generator=g, dtype=torch.float64).float()
+    y = torch.sin(x @ w) + 0.1 * torch.randn(examples, 1, generator=g, dtype=torch.float64).float()
+    order = torch.randperm(examples, generator=g)
+    return x[order], y[order]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--mode", choices=("ddp", "fsdp"), default="ddp")
+    parser.add_argument("--checkpoint-every", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--loss-log", help="rank 0 appends {step, loss, world_size} per step")
+    parser.add_argument("--step-sleep", type=float, default=0.0)
+    parser.add_argument("--hang-rank", type=int, default=-1)
+    args = parser.parse_args()
+
+    rt = runtime.current()
+    torch.manual_seed(args.seed)
+    torch.use_deterministic_algorithms(True)
+    distributed = rt.world_size > 1
+    if distributed:
+        dist.init_process_group("gloo")
+    assert rt.plan is not None and rt.plan.is_resolved, "run under mosaic-run with a global batch"
+    micro, accum, global_batch = rt.plan.micro_batch, rt.plan.grad_accum, rt.plan.global_batch
+    assert micro is not None and accum is not None and global_batch is not None
+
+    model: nn.Module = build_model()
+    if distributed and args.mode == "ddp":
+        model = nn.parallel.DistributedDataParallel(model)
+    elif distributed and args.mode == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        fully_shard(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    start = rt.load_checkpoint(model, optimizer)
+    x, y = dataset(EXAMPLES, args.seed)
+    share = micro * accum
+
+    for step in range(start, args.steps):
+        base = step * global_batch + rt.rank * share
+        optimizer.zero_grad()
+        local = torch.zeros(1, dtype=torch.float64)
+        for k in range(accum):
+            index = torch.arange(base + k * micro, base + (k + 1) * micro) % EXAMPLES
+            xb, yb = x[index], y[index]
+            # Sum over the micro-batch / examples per rank: DDP and FSDP average over ranks,
+            # so each gradient is the mean over the global batch for any dp x micro x accum.
+            loss_sum = ((model(xb) - yb) ** 2).sum()
+            sync = k == accum - 1 or not distributed or args.mode != "ddp"
+            ctx = (
+                model.no_sync()
+                if not sync and isinstance(model, nn.parallel.DistributedDataParallel)
+                else _null()
+            )
+            with ctx:
+                (loss_sum / share).backward()
+            local += loss_sum.detach().double()
+        optimizer.step()
+        if distributed:
+            dist.all_reduce(local)
+        mean_loss = local.item() / global_batch
+        if rt.rank == 0 and args.loss_log:
+            with open(args.loss_log, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"step": step + 1, "loss": mean_loss, "world_size": rt.world_size}) + "\n")
+        rt.report(step + 1, samples=(step + 1) * global_batch, loss=mean_loss)
+        if args.step_sleep:
+            time.sleep(args.step_sleep)
+        if rt.should_checkpoint():
+            if rt.rank == args.hang_rank:
+                while True:  # a rank that ignores the checkpoint request: killed after the grace
+                    time.sleep(1)
+            rt.save_checkpoint(step + 1, model, optimizer, extra={"loss": mean_loss})
+            break
+        if args.checkpoint_every and (step + 1) % args.checkpoint_every == 0:
+            rt.save_checkpoint(step + 1, model, optimizer, extra={"loss": mean_loss})
+    if distributed:
+        dist.destroy_process_group()
+    os.sys.stdout.flush()
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+if __name__ == "__main__":
+    main()

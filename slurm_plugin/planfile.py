@@ -1,0 +1,132 @@
+"""The controller's side of the plan-file protocol: write, replace and remove a job's plan file.
+
+``<spool>/plans/<job id>.json`` holds the job's current assignment and execution plan
+(:mod:`wrapper.plandoc` for the document). Writes are
+
+* serialised by a :class:`filelock.FileLock` (``<spool>/plans/.<job id>.lock``), so two
+  controller processes never interleave versions;
+* atomic: a temporary file in the same directory, fsynced, then ``os.replace`` — a job
+  reading at any moment sees the old whole file or the new whole file, so readers take no
+  lock (and need no write access to the spool);
+* versioned: ``version`` is one more than the file it replaces;
+* mode 0644 in a 0755 directory owned by the controller's user: the job can read its plan
+  but neither change it nor replace it.
+
+``<spool>/status/`` (mode 1777, like ``/tmp``) is where jobs write their heartbeats and
+checkpoint markers (:mod:`wrapper.status`); :func:`read_checkpoint_marker` and
+:func:`read_heartbeats` are the controller's readers, and trust a job's directory only
+when the job's user owns it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from planner.errors import InputError
+from planner.model import Assignment
+from wrapper import status
+from wrapper.plandoc import PlanFileError, parse_plan_document, plan_document
+
+PLAN_MODE = 0o644
+PLANS_DIR_MODE = 0o755
+STATUS_DIR_MODE = 0o1777
+LOCK_TIMEOUT_S = 30.0
+_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+
+
+def _job_name(job_id: str) -> str:
+    if not _JOB_ID.match(str(job_id)):
+        raise InputError(f"job id {job_id!r} cannot name a plan file (letters, digits, '_', '.', '+', '-')")
+    return str(job_id)
+
+
+def plan_path(spool: str | Path, job_id: str) -> Path:
+    return Path(spool) / "plans" / f"{_job_name(job_id)}.json"
+
+
+def ensure_spool(spool: str | Path) -> None:
+    """Create ``plans/`` (0755) and ``status/`` (1777) under the spool; fix their modes."""
+    base = Path(spool)
+    for name, mode in (("plans", PLANS_DIR_MODE), ("status", STATUS_DIR_MODE)):
+        path = base / name
+        path.mkdir(parents=True, exist_ok=True)
+        os.chmod(path, mode)
+
+
+def _current_version(path: Path) -> int:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return 0
+    import json
+
+    try:
+        return parse_plan_document(json.loads(text), str(path)).version
+    except (ValueError, InputError):
+        return 0  # a damaged file is replaced; versions restart above nothing readable
+
+
+def write_plan(spool: str | Path, job_id: str, assignment: Assignment) -> int:
+    """Write (or replace) the job's plan file; returns the version written."""
+    import json
+
+    ensure_spool(spool)
+    path = plan_path(spool, job_id)
+    with FileLock(str(path.with_name(f".{path.name}.lock")), timeout=LOCK_TIMEOUT_S):
+        version = _current_version(path) + 1
+        document = plan_document(job_id, version, assignment)
+        data = (json.dumps(document, indent=2) + "\n").encode("utf-8")
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fchmod(f.fileno(), PLAN_MODE)
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return version
+
+
+def remove_plan(spool: str | Path, job_id: str) -> None:
+    """Forget a job's plan (it finished or left Mosaic's control): it then runs as submitted."""
+    path = plan_path(spool, job_id)
+    with FileLock(str(path.with_name(f".{path.name}.lock")), timeout=LOCK_TIMEOUT_S):
+        path.unlink(missing_ok=True)
+    path.with_name(f".{path.name}.lock").unlink(missing_ok=True)
+
+
+def _trusted_status_dir(spool: str | Path, job_id: str, owner_uid: int | None) -> Path | None:
+    directory = status.status_dir(spool, _job_name(job_id))
+    try:
+        info = directory.lstat()
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(info.st_mode):
+        raise PlanFileError(f"{directory}: not a directory")
+    if owner_uid is not None and info.st_uid != owner_uid:
+        raise PlanFileError(f"{directory}: owned by uid {info.st_uid}, not the job's user {owner_uid}")
+    return directory
+
+
+def read_checkpoint_marker(
+    spool: str | Path, job_id: str, owner_uid: int | None = None
+) -> dict[str, Any] | None:
+    """The job's checkpoint marker (written after a signalled stop), or ``None``."""
+    directory = _trusted_status_dir(spool, job_id, owner_uid)
+    return None if directory is None else status.read_marker(directory / status.CHECKPOINT_MARKER)
+
+
+def read_heartbeats(spool: str | Path, job_id: str, owner_uid: int | None = None) -> list[dict[str, Any]]:
+    """The job's heartbeat records, oldest first (empty when it has written none)."""
+    directory = _trusted_status_dir(spool, job_id, owner_uid)
+    return [] if directory is None else list(status.read_records(directory / status.HEARTBEATS))

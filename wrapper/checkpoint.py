@@ -1,0 +1,122 @@
+"""Checkpoint directories: their layout, the complete-marker, and finding the latest one to resume.
+
+Layout under the job's checkpoint directory (``MOSAIC_CHECKPOINT_DIR``)::
+
+    step-00000120/          one checkpoint: the framework's files (torch.distributed.checkpoint
+        .metadata           shards, or a DeepSpeed tag directory) ...
+        __0_0.distcp
+        MOSAIC-COMPLETE     ... and, written last and atomically by rank 0 once every rank has
+                            finished writing, a JSON record: step, world size, plan, framework.
+
+A directory without ``MOSAIC-COMPLETE`` is a checkpoint that was interrupted (a rank killed
+after the grace period, a node lost): it is never loaded, and the job resumes from the
+newest *complete* one instead. The marker, not the framework's own "latest" pointer, is the
+source of truth, because DeepSpeed and torch both write their pointer before every rank's
+data is known to be durable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from planner.errors import InputError
+
+COMPLETE_MARKER = "MOSAIC-COMPLETE"
+_STEP_DIR = re.compile(r"^step-(\d{8,})$")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointInfo:
+    """A complete checkpoint: where it is and what its marker says."""
+
+    path: Path
+    step: int
+    record: dict[str, Any]
+
+    @property
+    def world_size(self) -> int | None:
+        value = self.record.get("world_size")
+        return value if isinstance(value, int) else None
+
+    @property
+    def dp(self) -> int | None:
+        """The data-parallel size it was saved with (what DeepSpeed's ZeRO partitioning depends on)."""
+        plan = self.record.get("plan")
+        value = plan.get("dp") if isinstance(plan, dict) else None
+        return value if isinstance(value, int) else self.world_size
+
+
+def step_dir(root: str | Path, step: int) -> Path:
+    """The directory of the checkpoint taken after ``step`` optimizer steps."""
+    if step < 0:
+        raise ValueError(f"a checkpoint step must be >= 0, got {step}")
+    return Path(root) / f"step-{step:08d}"
+
+
+def step_tag(step: int) -> str:
+    """The directory name, also used as DeepSpeed's checkpoint tag."""
+    return step_dir(".", step).name
+
+
+def write_complete_marker(path: str | Path, record: dict[str, Any]) -> None:
+    """Mark a checkpoint complete: call once every rank's data is written (after a barrier)."""
+    p = Path(path)
+    tmp = p / f".{COMPLETE_MARKER}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, p / COMPLETE_MARKER)
+    _fsync_dir(p)
+
+
+def read_complete_marker(path: str | Path) -> dict[str, Any] | None:
+    """The marker's record, or ``None`` when the checkpoint is incomplete."""
+    marker = Path(path) / COMPLETE_MARKER
+    try:
+        text = marker.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{marker}: not valid JSON: {e.msg}") from e
+    if not isinstance(record, dict):
+        raise InputError(f"{marker}: expected a JSON object")
+    return record
+
+
+def list_checkpoints(root: str | Path) -> list[tuple[int, Path, bool]]:
+    """Every ``step-*`` directory as (step, path, complete), oldest first."""
+    base = Path(root)
+    if not base.is_dir():
+        return []
+    found = []
+    for entry in base.iterdir():
+        match = _STEP_DIR.match(entry.name)
+        if match and entry.is_dir():
+            found.append((int(match.group(1)), entry, (entry / COMPLETE_MARKER).is_file()))
+    return sorted(found)
+
+
+def latest_complete(root: str | Path) -> CheckpointInfo | None:
+    """The newest complete checkpoint under ``root``; incomplete ones are skipped, never loaded."""
+    for step, path, complete in reversed(list_checkpoints(root)):
+        if complete:
+            record = read_complete_marker(path)
+            if record is not None:
+                return CheckpointInfo(path, step, record)
+    return None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

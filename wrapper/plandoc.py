@@ -1,0 +1,74 @@
+"""The plan file's JSON document: what the controller tells one job (pure, no I/O).
+
+One document per job, written by the controller (:mod:`slurm_plugin.planfile`) and read by
+``mosaic-run`` (:mod:`wrapper.planfile`)::
+
+    {"format": "mosaic-plan/1", "job_id": "42", "version": 3,
+     "assignment": {"gpus": [["n1", 0], ["n1", 1]], "cpus": 8, "mem_gb": 32.0,
+                    "plan": {"zero_stage": 2, "global_batch": 64}, "shares_with": []}}
+
+``version`` grows by one with every write for the job, so a job can tell a new plan from
+the one it started with; ``assignment`` is the RoundPlan assignment (README, "Snapshot and
+RoundPlan JSON") and its ``plan`` an execution plan (:mod:`planner.execplan`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from planner.codec import assignment_from_json, assignment_to_json
+from planner.errors import InputError, SnapshotError
+from planner.execplan import ExecPlan, plan_from_mapping
+from planner.fields import Fields
+from planner.model import Assignment
+
+FORMAT = "mosaic-plan/1"
+
+
+class PlanFileError(InputError):
+    """A plan file is malformed (names the file and the key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobPlan:
+    """What the controller decided for one job: where it runs and with which plan."""
+
+    job_id: str
+    version: int
+    assignment: Assignment
+    exec_plan: ExecPlan
+
+    @property
+    def workers(self) -> int:
+        """Workers (ranks) to launch: one per assigned GPU."""
+        return self.assignment.num_gpus
+
+
+def plan_document(job_id: str, version: int, assignment: Assignment) -> dict[str, Any]:
+    """The document for ``assignment``; its plan is checked first so no bad plan is ever written."""
+    plan_from_mapping(assignment.plan, f"job {job_id}: plan")
+    return {
+        "format": FORMAT,
+        "job_id": str(job_id),
+        "version": version,
+        "assignment": assignment_to_json(assignment),
+    }
+
+
+def parse_plan_document(document: Any, source: str) -> JobPlan:
+    """Read a plan document; every error names ``source`` (the file) and the key."""
+    f = Fields(document, source, PlanFileError)
+    fmt = f.req_str("format")
+    if fmt != FORMAT:
+        f.fail_key("format", f"expected '{FORMAT}', got '{fmt}' (written by a newer or older Mosaic?)")
+    try:
+        assignment = assignment_from_json(f.data.get("assignment"), f"{source}: assignment")
+    except SnapshotError as e:
+        raise PlanFileError(str(e)) from e
+    return JobPlan(
+        job_id=f.req_str("job_id"),
+        version=f.req_int("version", minimum=1),
+        assignment=assignment,
+        exec_plan=plan_from_mapping(assignment.plan, f"{source}: assignment.plan"),
+    )

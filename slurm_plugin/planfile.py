@@ -12,10 +12,12 @@
 * mode 0644 in a 0755 directory owned by the controller's user: the job can read its plan
   but neither change it nor replace it.
 
-``<spool>/status/`` (mode 1777, like ``/tmp``) is where jobs write their heartbeats and
-checkpoint markers (:mod:`wrapper.status`); :func:`read_checkpoint_marker` and
-:func:`read_heartbeats` are the controller's readers, and trust a job's directory only
-when the job's user owns it.
+``<spool>/status/`` (mode 1777, like ``/tmp``) is where jobs answer (:mod:`wrapper.status`):
+heartbeats (``heartbeat.jsonl``, one JSON object per line, ``progress`` in 0..1 when the job
+knows it) and the checkpoint marker (``checkpoint.json`` with ``time``), written after a
+checkpoint signal. :func:`read_checkpoint_marker`, :func:`read_heartbeats`,
+:func:`checkpoint_time` and :func:`last_progress` are the controller's readers; the first
+two can insist that the job's user owns the directory.
 """
 
 from __future__ import annotations
@@ -31,8 +33,12 @@ from filelock import FileLock
 
 from planner.errors import InputError
 from planner.model import Assignment
-from wrapper import status
+from wrapper import plandoc, status
 from wrapper.plandoc import PlanFileError, parse_plan_document, plan_document
+
+FORMAT = plandoc.FORMAT
+HEARTBEATS = status.HEARTBEATS
+CHECKPOINT_MARKER = status.CHECKPOINT_MARKER
 
 PLAN_MODE = 0o644
 PLANS_DIR_MODE = 0o755
@@ -73,14 +79,24 @@ def _current_version(path: Path) -> int:
         return 0  # a damaged file is replaced; versions restart above nothing readable
 
 
-def write_plan(spool: str | Path, job_id: str, assignment: Assignment) -> int:
-    """Write (or replace) the job's plan file; returns the version written."""
+def status_dir(spool: str | Path, job_id: str) -> Path:
+    return status.status_dir(spool, _job_name(job_id))
+
+
+def write_plan(spool: str | Path, job_id: str, version: int | None, assignment: Assignment) -> Path:
+    """Write (or replace) the job's plan file with ``version`` (``None``: one more than the file's).
+
+    The plan is checked first (an impossible plan raises :class:`planner.execplan.PlanError`
+    and nothing is written); the file is created 0644 before it is renamed into place, so
+    the job can read every version it may see.
+    """
     import json
 
     ensure_spool(spool)
     path = plan_path(spool, job_id)
     with FileLock(str(path.with_name(f".{path.name}.lock")), timeout=LOCK_TIMEOUT_S):
-        version = _current_version(path) + 1
+        if version is None:
+            version = _current_version(path) + 1
         document = plan_document(job_id, version, assignment)
         data = (json.dumps(document, indent=2) + "\n").encode("utf-8")
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -94,7 +110,26 @@ def write_plan(spool: str | Path, job_id: str, assignment: Assignment) -> int:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-    return version
+    return path
+
+
+def read_plan(spool: str | Path, job_id: str) -> dict[str, Any] | None:
+    """The plan document last written for the job, or ``None`` (absent or unreadable)."""
+    import json
+
+    try:
+        document = json.loads(plan_path(spool, job_id).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def current_exec_plan(spool: str | Path, job_id: str) -> dict[str, Any] | None:
+    """The execution plan of the job's plan file (``None``: no file, or it runs as submitted)."""
+    document = read_plan(spool, job_id)
+    assignment = document.get("assignment") if document is not None else None
+    plan = assignment.get("plan") if isinstance(assignment, dict) else None
+    return plan if isinstance(plan, dict) else None
 
 
 def remove_plan(spool: str | Path, job_id: str) -> None:
@@ -130,3 +165,19 @@ def read_heartbeats(spool: str | Path, job_id: str, owner_uid: int | None = None
     """The job's heartbeat records, oldest first (empty when it has written none)."""
     directory = _trusted_status_dir(spool, job_id, owner_uid)
     return [] if directory is None else list(status.read_records(directory / status.HEARTBEATS))
+
+
+def checkpoint_time(spool: str | Path, job_id: str) -> float | None:
+    """When the job last reported a finished checkpoint (its marker's ``time``)."""
+    marker = status.read_marker(status_dir(spool, job_id) / CHECKPOINT_MARKER)
+    value = marker.get("time") if marker is not None else None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def last_progress(spool: str | Path, job_id: str) -> float | None:
+    """The ``progress`` of the job's newest heartbeat that has one (torn lines skipped)."""
+    for record in reversed(list(status.read_records(status_dir(spool, job_id) / HEARTBEATS))):
+        value = record.get("progress")
+        if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1:
+            return float(value)
+    return None

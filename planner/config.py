@@ -85,6 +85,15 @@ PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(
         "gavel-las": SchedulerConfig(
             name="gavel-las", policy="las", packing="gavel", options={"placement": {"reserve": False}}
         ),
+        # SJF-BSBF §V-B: non-preemptive SJF, free GPUs first, then GPU sharing of at most two
+        # jobs that Theorem 1 approves (bsbf) or first-fit sharing (ffs, the paper's baseline).
+        # Published event-driven: simulate with --trigger event.
+        "sjf-bsbf": SchedulerConfig(
+            name="sjf-bsbf", policy="sjf", preemptive=False, placement="shared-consolidated", packing="bsbf"
+        ),
+        "sjf-ffs": SchedulerConfig(
+            name="sjf-ffs", policy="sjf", preemptive=False, placement="shared-consolidated", packing="ffs"
+        ),
     }
 )
 

@@ -51,6 +51,7 @@ class SimConfig:
     trigger: str = "round"
     horizon_s: float | None = None
     check_invariants: bool = True
+    interference: float | None = None  # one true ξ for every sharing pair (SJF-BSBF Fig. 6(b))
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -61,6 +62,8 @@ class SimConfig:
             raise ConfigError(f"trigger must be one of {', '.join(TRIGGERS)}, got {self.trigger!r}")
         if self.horizon_s is not None and self.horizon_s <= 0:
             raise ConfigError(f"horizon_s must be > 0, got {self.horizon_s}")
+        if self.interference is not None and not self.interference > 0:
+            raise ConfigError(f"interference must be > 0, got {self.interference}")
 
     @property
     def restart_cost_s(self) -> float:
@@ -184,7 +187,9 @@ class Simulator:
             if job.trace.job_id in seen:
                 raise ConfigError(f"the trace has job id {job.trace.job_id!r} twice")
             seen.add(job.trace.job_id)
-        self.speed_model = SpeedModel(self.profiles, {n.name: n for n in self.nodes})
+        self.speed_model = SpeedModel(
+            self.profiles, {n.name: n for n in self.nodes}, interference=self.config.interference
+        )
         self.total_gpus = sum(n.gpus for n in self.nodes)
         self.total_cpus = sum(n.cpus for n in self.nodes)
         self.active: dict[str, _SimJob] = {}  # arrived, unfinished, in arrival order

@@ -9,9 +9,16 @@ one). A job advances ``dt * speed`` seconds of that work in ``dt`` seconds, wher
 * CPUs and memory per GPU against the GPU-proportional share of the GPUs it holds
   (Synergy's sensitivity matrix); a job sharing its GPUs is compared with its share of
   them, since the packed measurements below already include the sharing;
-* the GPU's other job, if any: the normalised packed throughput of the pair
-  (:class:`profiles.colocation.ColocationModel`, the true values: the profiling noise
-  of Tesserae §7.2 only affects what the planner believes).
+* the GPU's other job, if any: the normalised packed throughput of the pair, 1/ξ
+  (:class:`profiles.interference.PairInterference` over
+  :class:`profiles.colocation.ColocationModel`, the true values: the profiling noise
+  of Tesserae §7.2 only affects what the planner believes). A job sharing different
+  GPUs with several jobs runs at the pace of its slowest GPU (gang-scheduled workers
+  wait for each other), so the worst partner counts; ``interference`` injects one ξ for
+  every pair (SJF-BSBF Figure 6(b));
+* gradient accumulation in the plan (``micro_batch_size`` x ``grad_accum_steps``): the
+  update takes longer by the fitted iteration-time model's ratio (SJF-BSBF Eq. 7,
+  :mod:`profiles.iteration`).
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ from planner.errors import SimulationError
 from planner.model import Assignment, Node
 from planner.policies.shaping import proportional_share
 from planner.traces.records import TraceJob
-from profiles.colocation import ColocationModel, Side
+from profiles.interference import PairInterference, Sharer
+from profiles.iteration import IterationModels, accumulation_of
 from profiles.schema import plan_key
 from profiles.speed import cpu_mem_factor, gpu_type_factor
 from profiles.store import ProfileStore
@@ -33,10 +41,14 @@ Partner = tuple[TraceJob, Assignment]
 class SpeedModel:
     """Relative speed of a trace job under an assignment (memoised per configuration)."""
 
-    def __init__(self, profiles: ProfileStore, nodes: Mapping[str, Node]) -> None:
+    def __init__(
+        self, profiles: ProfileStore, nodes: Mapping[str, Node], interference: float | None = None
+    ) -> None:
         self.profiles = profiles
         self.nodes = nodes
-        self.colocation = ColocationModel(profiles)
+        self.interference = PairInterference(profiles, fixed=interference)
+        self.colocation = self.interference.colocation
+        self.iteration = IterationModels()
         self._memo: dict[tuple[object, ...], float] = {}
 
     def speed(self, job: TraceJob, assignment: Assignment, partners: Sequence[Partner] = ()) -> float:
@@ -67,10 +79,19 @@ class SpeedModel:
             reference_cpus_per_gpu=ref_cpus / g,
             reference_mem_gb_per_gpu=ref_mem / g,
         )
-        mine = Side(job.model, job.batch_size, g, assignment.plan)
-        for partner, partner_assignment in partners:
-            other = Side(partner.model, partner.batch_size, partner.num_gpus, partner_assignment.plan)
-            factor *= self.colocation.estimate(mine, other, node.gpu_type).a
+        ga = accumulation_of(assignment.plan)
+        if ga is not None:
+            factor /= self.iteration.accumulation_slowdown(
+                profile, node.gpu_type, ga[0] * ga[1], g, len(assignment.per_node), ga[1]
+            )
+        mine = Sharer(job.model, job.batch_size, g, assignment.plan)
+        if partners:
+            factor *= min(
+                self.interference.speed_of(
+                    mine, Sharer(p.model, p.batch_size, p.num_gpus, pa.plan), node.gpu_type
+                )
+                for p, pa in partners
+            )
         if not factor > 0:
             raise SimulationError(
                 f"profile of {job.model!r} gives speed {factor} for {assignment.cpus} CPUs and "

@@ -52,7 +52,7 @@ def test_a_full_plan_round_trips_key_for_key():
     ],
 )
 def test_impossible_plans_are_rejected_naming_the_rule(mapping, message):
-    with pytest.raises(PlanError, match="^job 7 plan: ") as error:
+    with pytest.raises(PlanError, match=r"^job 7 plan: ") as error:
         plan_from_mapping(mapping, "job 7 plan")
     assert message in str(error.value)
 

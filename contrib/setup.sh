@@ -24,6 +24,27 @@ if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
         exit 1
     fi
 fi
+# The live Slurm path's integration tests bring up a real local Slurm cluster
+# (`mosaic testcluster`): Debian's Slurm 22.05, munge, and MariaDB + slurmdbd for
+# accounting (sacct). Installed only when a program is missing, only as root with apt.
+SLURM_PACKAGES="slurmctld slurmd slurm-client munge slurmdbd mariadb-server slurm-wlm-mysql-plugin"
+slurm_missing=""
+for prog in slurmctld slurmd munged sbatch slurmdbd mariadbd sacct; do
+    if ! command -v "$prog" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$prog" ]; then
+        slurm_missing="$slurm_missing $prog"
+    fi
+done
+if [ -n "$slurm_missing" ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "setup: installing Slurm for the test cluster ($SLURM_PACKAGES)" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        # shellcheck disable=SC2086
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $SLURM_PACKAGES >/dev/null
+    else
+        echo "setup: missing$slurm_missing; the live Slurm tests will be skipped" \
+             "(as root: apt-get install $SLURM_PACKAGES)" >&2
+    fi
+fi
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi

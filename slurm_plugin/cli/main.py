@@ -9,7 +9,15 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 from planner.errors import MosaicError
-from slurm_plugin.cli import info_cmd, plan_cmd, sim_cmd, trace_cmd
+from slurm_plugin.cli import (
+    controller_cmd,
+    emulate_cmd,
+    info_cmd,
+    plan_cmd,
+    sim_cmd,
+    testcluster_cmd,
+    trace_cmd,
+)
 
 
 def _version() -> str:
@@ -39,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     trace_cmd.add_parser(sub, common)
     plan_cmd.add_parser(sub, common)
     info_cmd.add_parsers(sub, common)
+    testcluster_cmd.add_parser(sub, common)
+    controller_cmd.add_parsers(sub, common)
+    emulate_cmd.add_parser(sub, common)
     return parser
 
 

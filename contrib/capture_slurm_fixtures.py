@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Capture real Slurm output for the parser tests (``tests/data/slurm/``).
+
+Brings up a private test cluster (accounting on), puts jobs and nodes into the states
+the parsers must handle (running with GPU indices, held, requeued, BadConstraints,
+completing, another partition, a drained and a down node) and saves what ``squeue
+--json``, ``sinfo --json``, ``scontrol show job/node -o`` and ``sacct`` print. Run as
+root: ``.venv/bin/python contrib/capture_slurm_fixtures.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from slurm_plugin.slurm.runner import run
+from slurm_plugin.testcluster import lifecycle
+from slurm_plugin.testcluster.shapes import shape_named
+
+OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "slurm"
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory(prefix="mosaic-capture-") as tmp:
+        cluster = lifecycle.up(shape_named("hetero", accounting=True), Path(tmp) / "c")
+        env = cluster.env
+        try:
+            capture(env)
+        finally:
+            lifecycle.down(cluster.layout.root)
+    return 0
+
+
+def sbatch(env: dict[str, str], *args: str) -> str:
+    out = run(["sbatch", "--parsable", "-o", "/dev/null", *args], env=env).stdout
+    return out.strip().split(";")[0]
+
+
+def capture(env: dict[str, str]) -> None:
+    sleep = ["--wrap", "sleep 300"]
+    # 1: runs on 2 GPUs, 4 CPUs, 8 GB, with a Mosaic comment.
+    a = sbatch(env, "-J", "running", "--gres=gpu:2", "-c", "4", "--mem=8G", "--comment=mosaic:{}", *sleep)
+    # 2: held (the job_submit.lua safety net holds every job of the managed partition).
+    b = sbatch(env, "-J", "held", "--gres=gpu:1", "-c", "2", "--mem=4G", *sleep)
+    # 3: requeued after running: requeuehold leaves it pending and held with restart_cnt 1.
+    c = sbatch(env, "-J", "requeued", "--gres=gpu:1", "-c", "2", "--mem=4G", "-C", "v100", *sleep)
+    # 4: BadConstraints: more GPUs per node than any node has.
+    d = sbatch(env, "-J", "bad", "--gres=gpu:1", "-c", "1", "--mem=1G", *sleep)
+    # 5: outside Mosaic's partition: runs unheld on one GPU.
+    e = sbatch(env, "-p", "other", "-J", "other", "--gres=gpu:1", "-c", "1", "--mem=2G", *sleep)
+    # 6: ignores SIGTERM so that it stays COMPLETING for KillWait after a cancel.
+    f = sbatch(env, "-J", "completing", "--gres=gpu:1", "-c", "1", "--mem=1G", "-w", "n2",
+               "--wrap", "trap '' TERM; sleep 300")  # fmt: skip
+    # 7: a 2-node job, one GPU on each of n2 and n4 (n4 is then drained under it).
+    g = sbatch(env, "-J", "two-nodes", "-N", "2", "--gres=gpu:1", "-c", "2", "--mem=2G",
+               "-w", "n2,n4", *sleep)  # fmt: skip
+    released = f"{a},{c},{d},{f},{g}"
+    run(["scontrol", "update", f"JobId={released}", "StartTime=now"], env=env)
+    run(["scontrol", "release", released], env=env)
+    wait_running(env, released.split(","))
+    run(["scontrol", "requeuehold", c], env=env)
+    run(["scontrol", "requeuehold", d], env=env)
+    time.sleep(1)
+    run(["scontrol", "update", f"JobId={d}", "Gres=gpu:5", "StartTime=now"], env=env)
+    run(["scontrol", "release", d], env=env)
+    run(["scontrol", "update", "NodeName=n4", "State=DRAIN", "Reason=fixture drain"], env=env)
+    run(["scontrol", "update", "NodeName=n3", "State=DOWN", "Reason=fixture down"], env=env)
+    time.sleep(2)  # a scheduler pass marks the impossible job BadConstraints
+    run(["scancel", f], env=env)
+    time.sleep(0.5)
+    save("squeue.json", run(["squeue", "--json"], env=env).stdout)
+    save("sinfo.json", run(["sinfo", "--json"], env=env).stdout)
+    save("scontrol_jobs.txt", run(["scontrol", "show", "job", "-o"], env=env).stdout)
+    save("scontrol_nodes.txt", run(["scontrol", "show", "node", "-o"], env=env).stdout)
+    # sacct: the requeued job's runs, then everything finished.
+    run(["scontrol", "release", c], env=env)
+    time.sleep(1)
+    run(["scancel", a, b, c, d, e, g], env=env)
+    time.sleep(6)
+    save("sacct.json", run(["sacct", "-D", "-X", "--json", "-S", "now-1hour"], env=env).stdout)
+    fields = (
+        "JobID,JobName,Partition,State,ExitCode,Submit,Start,End,Elapsed,AllocTRES,ReqTRES,NodeList,Comment"
+    )
+    save("sacct.txt", run(["sacct", "-D", "-X", "-P", "-S", "now-1hour", "-o", fields], env=env).stdout)
+    print(f"captured jobs {a} {b} {c} {d} {e} {f} {g} into {OUT}", file=sys.stderr)
+
+
+def wait_running(env: dict[str, str], jobs: list[str], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out = run(["squeue", "-h", "-j", ",".join(jobs), "-o", "%T"], env=env).stdout.split()
+        if out and all(state == "RUNNING" for state in out):
+            return
+        time.sleep(0.1)
+    table = run(["squeue", "-o", "%i %j %T %r %N"], env=env).stdout
+    raise RuntimeError(f"jobs {jobs} not running after {timeout_s} s:\n{table}")
+
+
+def save(name: str, text: str) -> None:
+    (OUT / name).write_text(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

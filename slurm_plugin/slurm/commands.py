@@ -1,0 +1,121 @@
+"""Pure argv builders for every Slurm command Mosaic runs (no I/O here).
+
+Keeping them pure lets tests check the exact commands (SLURM-NOTES records which
+forms Slurm 22.05 accepts: ``MinMemoryNode`` takes integer MB, ``Gres=gpu:0`` still
+allocates a GPU, ``StartTime=now`` skips the ``cred_expire`` wait after a requeue).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from planner.errors import InputError
+
+SQUEUE_JSON = ("squeue", "--json")
+SINFO_JSON = ("sinfo", "--json")
+
+
+def squeue_json() -> list[str]:
+    return list(SQUEUE_JSON)
+
+
+def sinfo_json() -> list[str]:
+    return list(SINFO_JSON)
+
+
+def ping() -> list[str]:
+    return ["scontrol", "ping"]
+
+
+def show_job(job_id: str) -> list[str]:
+    return ["scontrol", "show", "job", "-o", _job_id(job_id)]
+
+
+def show_nodes() -> list[str]:
+    return ["scontrol", "show", "node", "-o"]
+
+
+def update_job(job_ids: Sequence[str], fields: Mapping[str, str]) -> list[str]:
+    """``scontrol update JobId=1,2 Key=Value ...`` (one call may update many jobs)."""
+    if not job_ids:
+        raise InputError("scontrol update: no job ids")
+    if not fields:
+        raise InputError("scontrol update: no fields")
+    for key, value in fields.items():
+        if not key.isidentifier() or any(c in value for c in "\n\0"):
+            raise InputError(f"scontrol update: bad field {key}={value!r}")
+    return ["scontrol", "update", "JobId=" + ",".join(_job_id(j) for j in job_ids)] + [
+        f"{key}={value}" for key, value in fields.items()
+    ]
+
+
+def requeue_hold(job_ids: Sequence[str]) -> list[str]:
+    """Stop running jobs and leave them pending and held (the controller releases them)."""
+    return ["scontrol", "requeuehold", _ids(job_ids)]
+
+
+def hold(job_ids: Sequence[str]) -> list[str]:
+    return ["scontrol", "hold", _ids(job_ids)]
+
+
+def release(job_ids: Sequence[str]) -> list[str]:
+    return ["scontrol", "release", _ids(job_ids)]
+
+
+def signal(job_id: str, name: str) -> list[str]:
+    """Send ``name`` to every process of the job: batch shell and steps (``--full``)."""
+    if not name.isalnum():
+        raise InputError(f"signal name {name!r} is not a signal")
+    return ["scancel", f"--signal={name}", "--full", _job_id(job_id)]
+
+
+def cancel(job_ids: Sequence[str]) -> list[str]:
+    return ["scancel", *(_job_id(j) for j in job_ids)]
+
+
+def sbatch(
+    script: str, extra: Sequence[str] = (), comment: str | None = None, held: bool = True
+) -> list[str]:
+    """``sbatch --parsable [-H] [--comment=...] EXTRA... SCRIPT``."""
+    argv = ["sbatch", "--parsable"]
+    if held:
+        argv.append("--hold")
+    if comment is not None:
+        argv.append(f"--comment={comment}")
+    return [*argv, *extra, script]
+
+
+SACCT_FIELDS = (
+    "JobID",
+    "JobName",
+    "Partition",
+    "State",
+    "Submit",
+    "Start",
+    "End",
+    "Elapsed",
+    "AllocTRES",
+    "ReqTRES",
+    "NodeList",
+    "Comment",
+)
+
+
+def sacct_runs(since: str, until: str | None = None, fields: Iterable[str] = SACCT_FIELDS) -> list[str]:
+    """One row per run of every job (``-D``: a requeued job's runs each get a row)."""
+    argv = ["sacct", "-D", "-X", "-P", "-a", "-S", since, "-o", ",".join(fields)]
+    if until is not None:
+        argv += ["-E", until]
+    return argv
+
+
+def _job_id(job_id: str) -> str:
+    if not job_id.replace("_", "").isdigit():
+        raise InputError(f"{job_id!r} is not a Slurm job id")
+    return job_id
+
+
+def _ids(job_ids: Sequence[str]) -> str:
+    if not job_ids:
+        raise InputError("no job ids")
+    return ",".join(_job_id(j) for j in job_ids)

@@ -1,0 +1,372 @@
+"""Pure parsers of Slurm 22.05's output: ``squeue --json``, ``sinfo --json``,
+``scontrol show job|node -o``, ``sacct -P`` and ``sbatch --parsable``.
+
+They take text and return frozen records; a malformed document raises
+:class:`SlurmParseError` naming the command and the field. Field meanings were checked
+against captured real output (``tests/data/slurm/``; SLURM-NOTES): ``squeue --json``'s
+``cpus_per_task`` is always null in 22.05, so ``cpus`` (the job's total) is used;
+``gres_detail`` (running jobs only) lists, per allocated node in ``nodes`` order, the
+GPU indices Slurm chose (``gpu:2(IDX:1-2)``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from planner.errors import MosaicError
+
+
+class SlurmParseError(MosaicError):
+    """Slurm printed something the parser does not understand."""
+
+
+# -- small pieces -----------------------------------------------------------------------
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def expand_hostlist(text: str) -> tuple[str, ...]:
+    """``n[1-3,5],m2`` -> ``(n1, n2, n3, n5, m2)`` (zero padding kept: ``g[01-02]``)."""
+    text = text.strip()
+    if not text or text in {"(null)", "None assigned"}:
+        return ()
+    out: list[str] = []
+    for part in _split_top_level(text):
+        m = re.fullmatch(r"([^\[\]]*)\[([^\]]+)\](.*)", part)
+        if m is None:
+            out.append(part)
+            continue
+        prefix, body, suffix = m.groups()
+        for item in body.split(","):
+            r = _RANGE.match(item)
+            if r is None:
+                raise SlurmParseError(f"hostlist {text!r}: bad range {item!r}")
+            lo, hi = r.group(1), r.group(2) or r.group(1)
+            width = len(lo) if lo.startswith("0") else 0
+            out += [f"{prefix}{k:0{width}d}{suffix}" for k in range(int(lo), int(hi) + 1)]
+    return tuple(out)
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for k, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:k])
+            start = k + 1
+    parts.append(text[start:])
+    return [p for p in parts if p]
+
+
+def expand_indices(text: str) -> tuple[int, ...]:
+    """``0-1,3`` -> ``(0, 1, 3)``."""
+    out: list[int] = []
+    for item in text.split(","):
+        r = _RANGE.match(item.strip())
+        if r is None:
+            raise SlurmParseError(f"GPU index list {text!r}: bad item {item!r}")
+        lo, hi = int(r.group(1)), int(r.group(2) or r.group(1))
+        out += range(lo, hi + 1)
+    return tuple(out)
+
+
+def gres_counts(text: str) -> dict[str, int]:
+    """Count per GRES name in ``gres:gpu:2,gres:shard:1`` / ``gpu:a100:4`` / ``gpu:4(S:0)``."""
+    counts: dict[str, int] = {}
+    for raw in text.split(","):
+        item = re.sub(r"\(.*?\)", "", raw.strip())
+        if not item or item == "(null)":
+            continue
+        if item.startswith(("gres:", "gres/")):
+            item = item[5:]
+        fields = item.split(":")
+        name = fields[0]
+        count = 1
+        if len(fields) > 1 and fields[-1].isdigit():
+            count = int(fields[-1])
+        counts[name] = counts.get(name, 0) + count
+    return counts
+
+
+_GPU_DETAIL = re.compile(r"gpu(?::[^:(,]+)?:(\d+)\(IDX:([^)]*)\)")
+
+
+def gpu_indices(detail: str) -> tuple[int, ...]:
+    """GPU indices in one ``gres_detail`` entry (``gpu:2(IDX:1-2)``; none: ``()``)."""
+    m = _GPU_DETAIL.search(detail)
+    if m is None or m.group(2) in {"", "N/A"}:
+        return ()
+    return expand_indices(m.group(2))
+
+
+def parse_memory_mb(text: str) -> int:
+    """``8G`` / ``4096M`` / ``1T`` / ``512`` (MB) -> MB."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)", text.strip())
+    if m is None:
+        raise SlurmParseError(f"memory size {text!r} not understood")
+    scale = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}[m.group(2)]
+    return round(float(m.group(1)) * scale)
+
+
+def parse_time(text: str) -> float | None:
+    """``2026-11-21T23:38:02`` (the controller's local time) -> epoch seconds."""
+    text = text.strip()
+    if text in {"", "Unknown", "None", "N/A"}:
+        return None
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError as e:
+        raise SlurmParseError(f"time {text!r} not understood") from e
+
+
+def parse_sbatch_id(text: str) -> str:
+    """``sbatch --parsable`` output (``123`` or ``123;cluster``) -> ``"123"``."""
+    job_id = text.strip().split(";")[0]
+    if not job_id.isdigit():
+        raise SlurmParseError(f"sbatch --parsable printed {text.strip()!r}, not a job id")
+    return job_id
+
+
+# -- JSON documents ---------------------------------------------------------------------
+
+
+def _document(text: str, command: str, key: str) -> list[Mapping[str, Any]]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SlurmParseError(f"{command}: not valid JSON: {e.msg} at line {e.lineno}") from e
+    if not isinstance(doc, dict) or not isinstance(doc.get(key), list):
+        raise SlurmParseError(f"{command}: no '{key}' list in the output")
+    errors = doc.get("errors") or []
+    if errors:
+        raise SlurmParseError(f"{command}: Slurm reported errors: {errors}")
+    return [item for item in doc[key] if isinstance(item, dict)]
+
+
+class _Reader:
+    def __init__(self, raw: Mapping[str, Any], where: str) -> None:
+        self.raw = raw
+        self.where = where
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
+        value = self.raw.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise SlurmParseError(f"{self.where}: '{key}' is {value!r}, expected {kind}")
+        return value
+
+    def req(self, key: str, kind: type | tuple[type, ...]) -> Any:
+        if self.raw.get(key) is None:
+            raise SlurmParseError(f"{self.where}: '{key}' missing")
+        return self.get(key, kind)
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One job as ``squeue --json`` shows it (the fields Mosaic uses)."""
+
+    id: str
+    name: str
+    partition: str
+    state: str  # PENDING, RUNNING, COMPLETING, CANCELLED, ...
+    reason: str
+    priority: int  # 0: held
+    gpus_per_node: int
+    shards_per_node: int
+    cpus: int  # total CPUs (requested while pending, allocated while running)
+    mem_mb_per_node: int | None
+    mem_mb_per_cpu: int | None
+    num_nodes: int
+    nodes: tuple[str, ...]  # allocated nodes (running)
+    gpu_indices: tuple[tuple[str, tuple[int, ...]], ...]  # per allocated node (running)
+    required_nodes: tuple[str, ...]
+    features: str
+    submit_time: float
+    start_time: float | None
+    restarts: int
+    comment: str
+    admin_comment: str
+
+    @property
+    def held(self) -> bool:
+        return self.state == "PENDING" and self.priority == 0
+
+    @property
+    def is_pending(self) -> bool:
+        return self.state == "PENDING"
+
+    @property
+    def holds_resources(self) -> bool:
+        """Running, or still releasing what it ran on."""
+        return self.state in {"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED"}
+
+    def memory_mb_per_node(self) -> int | None:
+        if self.mem_mb_per_node is not None:
+            return self.mem_mb_per_node
+        if self.mem_mb_per_cpu is not None:
+            return self.mem_mb_per_cpu * max(1, self.cpus // max(1, self.num_nodes))
+        return None
+
+
+def parse_squeue_json(text: str) -> list[SlurmJob]:
+    """``squeue --json`` -> jobs in Slurm's order."""
+    return [_job(raw) for raw in _document(text, "squeue --json", "jobs")]
+
+
+def _job(raw: Mapping[str, Any]) -> SlurmJob:
+    r = _Reader(raw, "squeue --json: job")
+    job_id = str(r.req("job_id", int))
+    r.where = f"squeue --json: job {job_id}"
+    state = r.req("job_state", str)
+    tres = gres_counts(r.get("tres_per_node", str, ""))
+    nodes = expand_hostlist(r.get("nodes", str, "")) if state != "PENDING" else ()
+    details = [d for d in r.get("gres_detail", list, []) if isinstance(d, str)]
+    indices: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    if details and len(details) == len(nodes):
+        indices = tuple((node, gpu_indices(d)) for node, d in zip(nodes, details, strict=True))
+    start = r.get("start_time", int, 0)
+    return SlurmJob(
+        id=job_id,
+        name=r.get("name", str, ""),
+        partition=r.get("partition", str, ""),
+        state=state,
+        reason=r.get("state_reason", str, ""),
+        priority=r.get("priority", int, 0),
+        gpus_per_node=tres.get("gpu", 0),
+        shards_per_node=tres.get("shard", 0),
+        cpus=r.get("cpus", int, 0),
+        mem_mb_per_node=r.get("memory_per_node", int),
+        mem_mb_per_cpu=r.get("memory_per_cpu", int),
+        num_nodes=r.get("node_count", int, 1),
+        nodes=nodes,
+        gpu_indices=indices,
+        required_nodes=expand_hostlist(r.get("required_nodes", str, "")),
+        features=r.get("features", str, ""),
+        submit_time=float(r.req("submit_time", int)),
+        start_time=float(start) if start and state != "PENDING" else None,
+        restarts=r.get("restart_cnt", int, 0),
+        comment=r.get("comment", str, ""),
+        admin_comment=r.get("admin_comment", str, ""),
+    )
+
+
+UNUSABLE_NODE_STATES = frozenset({"down", "drained", "draining", "fail", "failing", "future", "unknown"})
+UNUSABLE_NODE_FLAGS = frozenset({"DRAIN", "FAIL", "MAINTENANCE", "REBOOT_REQUESTED", "NOT_RESPONDING"})
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """One node as ``sinfo --json`` shows it."""
+
+    name: str
+    state: str  # idle, mixed, allocated, down, ...
+    flags: tuple[str, ...]  # DRAIN, COMPLETING, ...
+    cpus: int
+    mem_mb: int
+    gpus: int
+    shards: int
+    features: tuple[str, ...]
+    partitions: tuple[str, ...]
+    alloc_cpus: int
+    alloc_mem_mb: int
+    gpus_used: int
+    reason: str
+
+    @property
+    def usable(self) -> bool:
+        """Capacity the planner may count: not down, drained, draining or failing."""
+        return self.state not in UNUSABLE_NODE_STATES and not (set(self.flags) & UNUSABLE_NODE_FLAGS)
+
+
+def parse_sinfo_json(text: str) -> list[SlurmNode]:
+    """``sinfo --json`` -> one record per node (sinfo repeats a node per partition)."""
+    seen: dict[str, SlurmNode] = {}
+    for raw in _document(text, "sinfo --json", "nodes"):
+        node = _node(raw)
+        seen.setdefault(node.name, node)
+    return list(seen.values())
+
+
+def _node(raw: Mapping[str, Any]) -> SlurmNode:
+    r = _Reader(raw, "sinfo --json: node")
+    name = r.req("name", str)
+    r.where = f"sinfo --json: node {name}"
+    gres = gres_counts(r.get("gres", str, ""))
+    used = gres_counts(r.get("gres_used", str, ""))
+    features = r.get("active_features", str, "") or r.get("features", str, "")
+    return SlurmNode(
+        name=name,
+        state=r.req("state", str).lower(),
+        flags=tuple(f for f in r.get("state_flags", list, []) if isinstance(f, str)),
+        cpus=r.req("cpus", int),
+        mem_mb=r.req("real_memory", int),
+        gpus=gres.get("gpu", 0),
+        shards=gres.get("shard", 0),
+        features=tuple(f for f in features.split(",") if f),
+        partitions=tuple(p for p in r.get("partitions", list, []) if isinstance(p, str)),
+        alloc_cpus=r.get("alloc_cpus", int, 0),
+        alloc_mem_mb=r.get("alloc_memory", int, 0),
+        gpus_used=used.get("gpu", 0),
+        reason=r.get("reason", str, ""),
+    )
+
+
+# -- key=value and parsable text ----------------------------------------------------------
+
+_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_:/]*=")
+
+
+def parse_scontrol_records(text: str) -> list[dict[str, str]]:
+    """``scontrol show job|node -o``: one ``Key=Value ...`` record per line.
+
+    A token without ``Key=`` continues the previous value (``OS=Linux 6.1 #1 SMP``).
+    """
+    records = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        record: dict[str, str] = {}
+        last: str | None = None
+        for token in line.split(" "):
+            if _KEY.match(token):
+                key, value = token.split("=", 1)
+                record[key] = value
+                last = key
+            elif last is not None and token:
+                record[last] += " " + token
+        records.append(record)
+    return records
+
+
+def parse_parsable(text: str, command: str = "sacct -P") -> list[dict[str, str]]:
+    """``sacct -P`` / ``squeue -o`` with ``|`` separators and a header row -> rows by column."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return []
+    header = lines[0].split("|")
+    rows = []
+    for k, line in enumerate(lines[1:], start=2):
+        cells = line.split("|")
+        if len(cells) != len(header):
+            raise SlurmParseError(f"{command}: line {k} has {len(cells)} fields, the header {len(header)}")
+        rows.append(dict(zip(header, cells, strict=True)))
+    return rows
+
+
+def tres_map(text: str) -> dict[str, str]:
+    """``billing=4,cpu=4,gres/gpu=2,mem=8G,node=1`` -> ``{"cpu": "4", "gres/gpu": "2", ...}``."""
+    out = {}
+    for item in text.split(","):
+        if "=" in item:
+            key, value = item.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out

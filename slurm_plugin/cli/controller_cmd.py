@@ -1,0 +1,181 @@
+"""``mosaic controller``, ``mosaic submit``, ``mosaic status`` and ``mosaic snapshot``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from planner.codec import snapshot_to_json
+from planner.config import build_scheduler
+from planner.errors import ConfigError
+from slurm_plugin.cli.scheduler_args import add_scheduler_args, scheduler_config
+from slurm_plugin.controller.config import ControllerConfig, controller_config
+from slurm_plugin.controller.loop import Controller, Observer
+from slurm_plugin.files import read_toml, write_json
+from slurm_plugin.profiles_file import load_profile_store
+from slurm_plugin.slurm.backend import CliSlurm
+from slurm_plugin.store import Store
+from slurm_plugin.submit import submit
+
+log = logging.getLogger(__name__)
+
+
+def add_parsers(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    c = sub.add_parser(
+        "controller",
+        parents=[common],
+        help="run the scheduling controller on the live Slurm cluster",
+        description="Every round: read Slurm, plan with the configured scheduler, apply the "
+        "difference with scontrol (checkpoint signal + requeuehold, update + release). "
+        "--once runs one tick (cron); --dry-run prints the actions without applying them.",
+    )
+    _live_args(c, config=False)
+    c.add_argument("--once", action="store_true", help="one tick, print its report as JSON, exit")
+    c.add_argument("--dry-run", action="store_true", help="plan and print the actions; change nothing")
+    c.add_argument("--profiles", action="append", default=[], metavar="JSON", help="extra profile file(s)")
+    add_scheduler_args(c, default_preset="tiresias")
+    c.set_defaults(run=run_controller)
+
+    s = sub.add_parser(
+        "submit",
+        parents=[common],
+        help="submit a batch script with #MOSAIC directives (held, for the controller)",
+        description="Validates the script's #MOSAIC directives (errors name the line), then runs "
+        "sbatch --hold with the metadata in the job's comment. Arguments after the script go to "
+        "sbatch (put sbatch options before the script with --).",
+    )
+    _live_args(s)
+    s.add_argument("script")
+    s.add_argument("sbatch_args", nargs=argparse.REMAINDER, help="options passed to sbatch")
+    s.set_defaults(run=run_submit)
+
+    st = sub.add_parser("status", parents=[common], help="the controller's last rounds and actions, as JSON")
+    _live_args(st)
+    st.add_argument("--rounds", type=int, default=5)
+    st.set_defaults(run=run_status)
+
+    sn = sub.add_parser(
+        "snapshot",
+        parents=[common],
+        help="capture the live cluster's Snapshot JSON (replay it with 'mosaic plan')",
+    )
+    _live_args(sn)
+    sn.add_argument("--out", help="write here instead of stdout")
+    sn.set_defaults(run=run_snapshot)
+
+
+def _live_args(p: argparse.ArgumentParser, config: bool = True) -> None:
+    if config:  # the controller gets --config from the scheduler flags
+        p.add_argument("--config", metavar="TOML", help="mosaic.toml: its [controller] table")
+    p.add_argument("--spool", type=Path, help="spool directory (overrides [controller] spool_dir)")
+    p.add_argument("--slurm-conf", help="slurm.conf of the cluster (overrides [controller] slurm_conf)")
+    p.add_argument("--partition", action="append", help="a managed partition (overrides the config)")
+
+
+def load_config(args: argparse.Namespace) -> ControllerConfig:
+    table: Any = {}
+    if args.config:
+        document = read_toml(args.config)
+        table = document.get("controller", {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{args.config}: [controller] must be a table")
+    source = f"{args.config}: [controller]" if args.config else "[controller]"
+    return controller_config(
+        table,
+        source,
+        spool_dir=args.spool,
+        slurm_conf=args.slurm_conf,
+        partitions=args.partition,
+    )
+
+
+def _client(config: ControllerConfig) -> CliSlurm:
+    return CliSlurm(config.slurm_env, timeout_s=config.command_timeout_s)
+
+
+def run_controller(args: argparse.Namespace) -> int:
+    config = load_config(args)
+    sched_config = scheduler_config(args)
+    scheduler = build_scheduler(sched_config, load_profile_store(args.profiles))
+    if scheduler.max_jobs_per_gpu > 1:
+        log.warning(
+            "scheduler %s packs jobs onto shared GPUs; the live path applies whole-GPU plans only, "
+            "so a job planned onto a shared GPU waits until it is free",
+            scheduler.name,
+        )
+    store = Store(config.store_path)
+    try:
+        controller = Controller(_client(config), store, config, scheduler)
+        if args.once or args.dry_run:
+            report = controller.tick(dry_run=args.dry_run)
+            print(json.dumps(report.to_json(), indent=2))
+            return 0 if report.ok else 1
+        log.info(
+            "controller: scheduler %s, round %g s, spool %s", scheduler.name, config.round_s, config.spool_dir
+        )
+        controller.run_forever()
+        return 0
+    finally:
+        store.close()
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    config = load_config(args)
+    extra = [a for a in args.sbatch_args if a != "--"]
+    job_id = submit(_client(config), args.script, extra, config.spool_dir)
+    print(job_id)
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    config = load_config(args)
+    store = Store(config.store_path)
+    try:
+        ticks, failed = store.tick_counts()
+        rounds = []
+        for r in store.rounds(args.rounds):
+            rounds.append(
+                {
+                    "round": r.round_id,
+                    "time_s": r.time_s,
+                    "status": r.status,
+                    "actions": [
+                        {"request_id": a[0], "job": a[2], "kind": a[3], "status": a[4], "detail": a[5]}
+                        for a in store.actions(r.round_id)
+                    ],
+                    "running": sorted(r.plan.get("assignments", {})),
+                }
+            )
+        jobs = {
+            j.job_id: {
+                "num_gpus": j.num_gpus,
+                "attained_gpu_s": round(j.attained_gpu_s, 1),
+                "progress": j.progress,
+                "finished": j.finished_s is not None,
+            }
+            for j in store.jobs().values()
+        }
+        print(json.dumps({"ticks": ticks, "failed_ticks": failed, "rounds": rounds, "jobs": jobs}, indent=2))
+        return 0
+    finally:
+        store.close()
+
+
+def run_snapshot(args: argparse.Namespace) -> int:
+    config = load_config(args)
+    store = Store(config.store_path)
+    try:
+        # Observing also records new jobs and accounts service, as a tick would.
+        document = snapshot_to_json(Observer(_client(config), store, config).observe().snapshot)
+    finally:
+        store.close()
+    if args.out:
+        write_json(args.out, document)
+    else:
+        print(json.dumps(document, indent=2))
+    return 0

@@ -1,0 +1,395 @@
+"""Turn a RoundPlan into Slurm actions and apply them idempotently.
+
+:func:`diff` (pure) compares what Slurm runs with what the plan wants:
+
+* a running managed job absent from the plan is **stopped** (preempted);
+* a running job whose nodes, GPU count per node, CPUs, memory or execution plan differ
+  is **stopped and started** again (a migration, resize or reshape is a relaunch:
+  Slurm refuses to change a running job's resources);
+* a pending job in the plan is **started**; a pending job outside it that Slurm could
+  start on its own is **held**.
+
+Slurm chooses GPU indices inside a node, so a plan that only renumbers a job's GPUs on
+the same node is not a relaunch; the planner reads the real indices back next round.
+
+:class:`Actuator` applies them (SLURM-NOTES' recipes): a stop signals the checkpoint to
+every process of the job (``scancel --signal=USR1 --full``), waits up to the grace for the
+job's checkpoint marker (or its exit), then ``requeuehold``; a start checks feasibility
+first (an impossible request would sit in ``BadConstraints`` forever), updates
+``Gres``/``NumCPUs``/``MinMemoryNode``/``ReqNodeList`` with ``StartTime=now`` (skipping
+the ``cred_expire`` wait), writes the plan file and releases. Each action has a request
+id (``r<round>-<kind>-<job>``) in the action log; each step first checks the job's
+current state, so re-applying a half-applied round only does what is left.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from planner.model import Assignment
+from slurm_plugin import planfile
+from slurm_plugin.controller.config import ControllerConfig
+from slurm_plugin.controller.observe import Observation
+from slurm_plugin.slurm.backend import SlurmClient
+from slurm_plugin.slurm.parse import SlurmJob, SlurmNode
+from slurm_plugin.slurm.runner import SlurmError
+from slurm_plugin.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class Kind(StrEnum):
+    STOP = "stop"
+    START = "start"
+    HOLD = "hold"
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: Kind
+    job_id: str
+    request_id: str
+    reason: str
+    assignment: Assignment | None = None
+
+
+def request_id(round_id: int, kind: Kind, job_id: str) -> str:
+    return f"r{round_id}-{kind.value}-{job_id}"
+
+
+def slurm_shape(a: Assignment) -> tuple[tuple[tuple[str, int], ...], int, int]:
+    """What Slurm can tell apart: GPUs per node, total CPUs, memory per node (MB)."""
+    per_node = tuple(sorted(a.per_node))
+    return per_node, a.cpus, mem_mb_per_node(a)
+
+
+def mem_mb_per_node(a: Assignment) -> int:
+    return math.ceil(a.mem_gb * 1024 / max(1, len(a.per_node)) - 1e-6)
+
+
+def diff(obs: Observation, assignments: Mapping[str, Assignment], round_id: int) -> list[Action]:
+    """The actions that take Slurm from ``obs`` to ``assignments`` (stops first, then starts)."""
+    stops: list[Action] = []
+    starts: list[Action] = []
+    holds: list[Action] = []
+    by_id = {j.id: j for j in obs.snapshot.jobs}
+    for job_id, sj in obs.managed.items():
+        job = by_id.get(job_id)
+        target = assignments.get(job_id)
+        current = job.assignment if job is not None else None
+        if sj.state == "RUNNING" and current is not None:
+            if target is None:
+                stops.append(Action(Kind.STOP, job_id, request_id(round_id, Kind.STOP, job_id), "preempted"))
+            elif slurm_shape(current) != slurm_shape(target) or (current.plan or None) != (
+                target.plan or None
+            ):
+                why = _relaunch_reason(current, target)
+                stops.append(Action(Kind.STOP, job_id, request_id(round_id, Kind.STOP, job_id), why))
+                starts.append(
+                    Action(Kind.START, job_id, request_id(round_id, Kind.START, job_id), why, target)
+                )
+        elif sj.state in {"PENDING", "COMPLETING"}:
+            if target is not None:
+                rid = request_id(round_id, Kind.START, job_id)
+                starts.append(Action(Kind.START, job_id, rid, "placed", target))
+            elif sj.state == "PENDING" and not sj.held:
+                holds.append(Action(Kind.HOLD, job_id, request_id(round_id, Kind.HOLD, job_id), "waits"))
+    return stops + starts + holds
+
+
+def _relaunch_reason(current: Assignment, target: Assignment) -> str:
+    if current.nodes != target.nodes:
+        return "moved"
+    if current.num_gpus != target.num_gpus:
+        return "resized"
+    return "reshaped"
+
+
+def start_fields(a: Assignment, audit: str) -> dict[str, str]:
+    """``scontrol update`` fields that give a pending job exactly ``a`` (pure).
+
+    ``Gres`` is per node, so a job spread over nodes must have the same GPU count on
+    each (checked by :func:`infeasible`). ``MinMemoryNode`` takes integer MB only.
+    """
+    counts = {g for _, g in a.per_node}
+    (per_node,) = counts
+    nodes = len(a.per_node)
+    return {
+        "NumNodes": f"{nodes}-{nodes}",
+        "Gres": f"gpu:{per_node}",
+        "NumCPUs": str(a.cpus),
+        "MinCPUsNode": str(max(1, a.cpus // nodes)),
+        "MinMemoryNode": str(mem_mb_per_node(a)),
+        "ReqNodeList": ",".join(a.nodes),
+        "StartTime": "now",
+        "AdminComment": audit,
+    }
+
+
+def infeasible(a: Assignment, nodes: Mapping[str, SlurmNode]) -> str | None:
+    """Why Slurm could never run ``a`` (``None``: it can); checked before any update."""
+    if len({g for _, g in a.per_node}) != 1:
+        return f"uneven GPUs per node {dict(a.per_node)} cannot be expressed as per-node Gres"
+    cpus_per_node = max(1, a.cpus // len(a.per_node))
+    mem = mem_mb_per_node(a)
+    for name, gpus in a.per_node:
+        node = nodes.get(name)
+        if node is None:
+            return f"node {name} is not a usable node of the managed partitions"
+        if gpus > node.gpus or cpus_per_node > node.cpus or mem > node.mem_mb:
+            return (
+                f"node {name} has {node.gpus} GPUs, {node.cpus} CPUs, {node.mem_mb} MB; "
+                f"asked {gpus} GPUs, {cpus_per_node} CPUs, {mem} MB"
+            )
+    return None
+
+
+@dataclass
+class ApplyResult:
+    done: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.done)
+
+
+class Actuator:
+    """Applies actions through a :class:`SlurmClient`; ``clock``/``sleep`` injectable for tests."""
+
+    def __init__(
+        self,
+        client: SlurmClient,
+        store: Store,
+        config: ControllerConfig,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        fail_after: int | None = None,
+    ) -> None:
+        self.client = client
+        self.store = store
+        self.config = config
+        self.clock = clock
+        self.sleep = sleep
+        # Fault injection for tests of crash recovery: raise after this many applied actions.
+        self.fail_after = fail_after
+
+    def apply(self, obs: Observation, actions: Sequence[Action], round_id: int) -> ApplyResult:
+        result = ApplyResult()
+        for a in actions:
+            self.store.log_action(a.request_id, round_id, a.job_id, a.kind, "planned", a.reason, self.clock())
+        stops = [a for a in actions if a.kind is Kind.STOP]
+        starts = [a for a in actions if a.kind is Kind.START]
+        holds = [a for a in actions if a.kind is Kind.HOLD]
+        blocked = self._rate_limited(stops, round_id, result)
+        stops = [a for a in stops if a.job_id not in blocked]
+        starts = [a for a in starts if a.job_id not in blocked]
+        self._stop(obs, stops, round_id, result)
+        self._start(obs, starts, round_id, result)
+        self._hold(holds, round_id, result)
+        return result
+
+    # -- bookkeeping ------------------------------------------------------------------
+
+    def _done(self, a: Action, round_id: int, result: ApplyResult, detail: str = "") -> None:
+        self.store.log_action(
+            a.request_id, round_id, a.job_id, a.kind, "done", detail or a.reason, self.clock()
+        )
+        result.done.append(a.request_id)
+        if self.fail_after is not None and len(result.done) >= self.fail_after:
+            raise SlurmError(f"injected failure after {self.fail_after} actions")
+
+    def _skip(self, a: Action, round_id: int, result: ApplyResult, why: str, failed: bool = False) -> None:
+        status = "failed" if failed else "skipped"
+        self.store.log_action(a.request_id, round_id, a.job_id, a.kind, status, why, self.clock())
+        (result.failed if failed else result.skipped).append((a.request_id, why))
+        log.warning("round %d: %s job %s %s: %s", round_id, a.kind, a.job_id, status, why)
+
+    def _rate_limited(self, stops: Sequence[Action], round_id: int, result: ApplyResult) -> set[str]:
+        """Jobs stopped ``max_restarts_per_hour`` times in the last hour keep running."""
+        since = self.clock() - 3600
+        blocked = set()
+        for a in stops:
+            if self.store.stops_since(a.job_id, since) >= self.config.max_restarts_per_hour:
+                blocked.add(a.job_id)
+                why = f"rate limit: {self.config.max_restarts_per_hour} restarts in the last hour"
+                self._skip(a, round_id, result, why)
+        return blocked
+
+    def _states(self) -> dict[str, SlurmJob]:
+        return {j.id: j for j in self.client.jobs()}
+
+    # -- stop -------------------------------------------------------------------------
+
+    def _stop(self, obs: Observation, stops: Sequence[Action], round_id: int, result: ApplyResult) -> None:
+        if not stops:
+            return
+        signalled_at = self.clock()
+        running: list[Action] = []
+        states = self._states()
+        for a in stops:
+            sj = states.get(a.job_id)
+            if sj is None or sj.state != "RUNNING":
+                # Already stopped (a re-applied round) or gone: nothing to do.
+                self._done(a, round_id, result, f"{a.reason} (already {sj.state if sj else 'gone'})")
+                continue
+            try:
+                self.client.signal(a.job_id, self.config.checkpoint_signal)
+            except SlurmError as e:
+                log.warning("job %s: checkpoint signal failed: %s", a.job_id, e)
+            running.append(a)
+        self._wait_checkpoints([a.job_id for a in running], signalled_at)
+        states = self._states()
+        # The job is expected to keep running after its checkpoint until it is requeued; one
+        # that exited meanwhile has finished (Slurm will not run it again) and is left alone.
+        to_requeue = [a for a in running if a.job_id in states and states[a.job_id].state == "RUNNING"]
+        ids = [a.job_id for a in to_requeue]
+        if ids:
+            try:
+                self.client.requeue_hold(ids)
+            except SlurmError:
+                for a in to_requeue:  # one bad id fails the whole call: retry one by one
+                    try:
+                        self.client.requeue_hold([a.job_id])
+                    except SlurmError as e:
+                        self._skip(a, round_id, result, f"requeuehold failed: {e}", failed=True)
+        self._wait_pending([a.job_id for a in running])
+        failed = {rid for rid, _ in result.failed}
+        for a in running:
+            if a.request_id not in failed:
+                self._audit(a, round_id, f"{a.reason}: stopped")
+                self._done(a, round_id, result)
+
+    def _wait_checkpoints(self, job_ids: list[str], since: float) -> None:
+        """Until every job wrote a checkpoint marker newer than ``since``, exited, or the grace ran out."""
+        deadline = self.clock() + self.config.checkpoint_grace_s
+        waiting = set(job_ids)
+        while waiting:
+            for job_id in list(waiting):
+                marked = planfile.checkpoint_time(self.config.spool_dir, job_id)
+                if marked is not None and marked >= since - 1.0:
+                    waiting.discard(job_id)
+            if not waiting or self.clock() >= deadline:
+                break
+            states = self._states()
+            waiting = {j for j in waiting if j in states and states[j].state == "RUNNING"}
+            if waiting:
+                self.sleep(0.2)
+        if waiting:
+            log.info(
+                "jobs %s did not checkpoint within %g s", sorted(waiting), self.config.checkpoint_grace_s
+            )
+
+    def _wait_pending(self, job_ids: list[str]) -> None:
+        """Until the stopped jobs released their nodes (not RUNNING/COMPLETING), or the timeout."""
+        deadline = self.clock() + self.config.stop_timeout_s
+        while job_ids and self.clock() < deadline:
+            states = self._states()
+            if all(j not in states or not states[j].holds_resources for j in job_ids):
+                return
+            self.sleep(0.1)
+        log.warning("jobs %s still hold resources after %g s", job_ids, self.config.stop_timeout_s)
+
+    # -- start ------------------------------------------------------------------------
+
+    def _start(self, obs: Observation, starts: Sequence[Action], round_id: int, result: ApplyResult) -> None:
+        if not starts:
+            return
+        states = self._states()
+        released: list[Action] = []
+        for a in starts:
+            assert a.assignment is not None
+            sj = states.get(a.job_id)
+            if sj is None or sj.state not in {"PENDING", "COMPLETING"}:
+                if sj is not None and sj.state == "RUNNING" and _runs_as(sj, a.assignment):
+                    self._done(a, round_id, result, f"{a.reason} (already running as planned)")
+                else:
+                    self._skip(a, round_id, result, f"job is {sj.state if sj else 'gone'}, not pending")
+                continue
+            why = infeasible(a.assignment, obs.nodes)
+            if why is not None:
+                self._skip(a, round_id, result, f"infeasible: {why}")
+                continue
+            version = self.store.next_plan_version(a.job_id)
+            try:
+                planfile.write_plan(self.config.spool_dir, a.job_id, version, a.assignment)
+                self.client.update([a.job_id], start_fields(a.assignment, self._audit_text(a, round_id)))
+            except (SlurmError, OSError) as e:
+                self._skip(a, round_id, result, f"update failed: {e}", failed=True)
+                continue
+            released.append(a)
+        if released:
+            try:
+                self.client.release([a.job_id for a in released])
+            except SlurmError:
+                for a in list(released):
+                    try:
+                        self.client.release([a.job_id])
+                    except SlurmError as e:
+                        released.remove(a)
+                        self._skip(a, round_id, result, f"release failed: {e}", failed=True)
+        for a in released:
+            self._done(a, round_id, result)
+
+    # -- hold -------------------------------------------------------------------------
+
+    def _hold(self, holds: Sequence[Action], round_id: int, result: ApplyResult) -> None:
+        for a in holds:
+            try:
+                self.client.hold([a.job_id])
+            except SlurmError as e:
+                self._skip(a, round_id, result, f"hold failed: {e}", failed=True)
+                continue
+            self._done(a, round_id, result)
+
+    # -- audit ------------------------------------------------------------------------
+
+    def _audit_text(self, a: Action, round_id: int) -> str:
+        """One line per decision, in the job's AdminComment (visible to admins in scontrol/sacct)."""
+        x = a.assignment
+        what = a.reason
+        if x is not None:
+            where = "+".join(f"{n}:{g}" for n, g in x.per_node)
+            what += f" {where}gpu {x.cpus}cpu {mem_mb_per_node(x)}MB/node"
+        return f"mosaic {a.request_id} {what}"
+
+    def _audit(self, a: Action, round_id: int, text: str) -> None:
+        try:
+            self.client.update([a.job_id], {"AdminComment": f"mosaic {a.request_id} {text}"})
+        except SlurmError as e:
+            log.debug("job %s: audit comment not written: %s", a.job_id, e)
+
+
+def _runs_as(sj: SlurmJob, a: Assignment) -> bool:
+    per_node = dict(a.per_node)
+    return (
+        set(sj.nodes) == set(per_node)
+        and all(sj.gpus_per_node == g for g in per_node.values())
+        and sj.cpus == a.cpus
+        and (sj.memory_mb_per_node() or 0) == mem_mb_per_node(a)
+    )
+
+
+def describe(actions: Sequence[Action]) -> list[dict[str, Any]]:
+    """Actions as JSON-ready dicts (``--dry-run`` output, status)."""
+    out = []
+    for a in actions:
+        item: dict[str, Any] = {
+            "request_id": a.request_id,
+            "kind": a.kind.value,
+            "job": a.job_id,
+            "reason": a.reason,
+        }
+        if a.assignment is not None:
+            item["nodes"] = dict(a.assignment.per_node)
+            item["cpus"] = a.assignment.cpus
+            item["mem_mb_per_node"] = mem_mb_per_node(a.assignment)
+        out.append(item)
+    return out

@@ -1,0 +1,112 @@
+"""The ``[controller]`` table of ``mosaic.toml`` (validated; unknown keys list the valid ones).
+
+.. code-block:: toml
+
+    [controller]
+    partitions = ["gpu"]            # the partitions Mosaic schedules; others are never touched
+    spool_dir = "/var/spool/mosaic" # state store, plan files, job status, metrics
+    round_s = 300                   # seconds between rounds (the papers' round length: 6 min)
+    checkpoint_grace_s = 60         # how long a stopped job may take to checkpoint
+    max_restarts_per_hour = 6       # a job is stopped at most this often (rate limit)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from planner.errors import ConfigError
+
+DEFAULT_GPU_TYPES = ("h200", "h100", "a100", "l40s", "a40", "a10", "v100", "p100", "t4", "k80")
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """What the controller needs besides the scheduler; defaults live here only."""
+
+    partitions: tuple[str, ...] = ("gpu",)
+    spool_dir: Path = Path("/var/spool/mosaic")
+    round_s: float = 300.0
+    slurm_conf: str | None = None
+    command_timeout_s: float = 30.0
+    checkpoint_signal: str = "USR1"
+    checkpoint_grace_s: float = 60.0
+    stop_timeout_s: float = 60.0
+    max_restarts_per_hour: int = 6
+    gpu_types: tuple[str, ...] = DEFAULT_GPU_TYPES
+    default_gpu_type: str = "v100"
+    default_model: str = "unknown"
+    metrics_file: str | None = "metrics.prom"
+
+    @property
+    def store_path(self) -> Path:
+        return self.spool_dir / "mosaic.db"
+
+    @property
+    def slurm_env(self) -> dict[str, str]:
+        return {"SLURM_CONF": self.slurm_conf} if self.slurm_conf else {}
+
+    def metrics_path(self) -> Path | None:
+        if not self.metrics_file:
+            return None
+        p = Path(self.metrics_file)
+        return p if p.is_absolute() else self.spool_dir / p
+
+
+_KINDS: dict[str, str] = {
+    "partitions": "str-list",
+    "spool_dir": "path",
+    "round_s": "positive",
+    "slurm_conf": "str",
+    "command_timeout_s": "positive",
+    "checkpoint_signal": "signal",
+    "checkpoint_grace_s": "non-negative",
+    "stop_timeout_s": "positive",
+    "max_restarts_per_hour": "count",
+    "gpu_types": "str-list",
+    "default_gpu_type": "str",
+    "default_model": "str",
+    "metrics_file": "str",
+}
+
+
+def controller_config(table: Any, source: str = "[controller]", **overrides: Any) -> ControllerConfig:
+    """Validate a ``[controller]`` table; ``overrides`` (non-``None``) win over it."""
+    if table is None:
+        table = {}
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source} must be a table")
+    valid = [f.name for f in fields(ControllerConfig)]
+    values: dict[str, Any] = {}
+    for key, raw in table.items():
+        if key not in _KINDS:
+            raise ConfigError(f"{source}: unknown key {key!r}; valid keys: {', '.join(valid)}")
+        values[key] = _check(source, key, _KINDS[key], raw)
+    for key, value in overrides.items():
+        if value is not None:
+            values[key] = _check("command line", key, _KINDS[key], value)
+    return ControllerConfig(**values)
+
+
+def _check(source: str, key: str, kind: str, value: Any) -> Any:
+    where = f"{source}: {key}"
+    if kind == "str-list":
+        if not (isinstance(value, list | tuple) and value and all(isinstance(v, str) and v for v in value)):
+            raise ConfigError(f"{where}: expected a non-empty list of names, got {value!r}")
+        return tuple(value)
+    if kind in {"str", "path", "signal"}:
+        if not isinstance(value, str | Path) or not str(value):
+            raise ConfigError(f"{where}: expected a non-empty string, got {value!r}")
+        if kind == "signal" and not str(value).isalnum():
+            raise ConfigError(f"{where}: {value!r} is not a signal name (e.g. USR1)")
+        return Path(value) if kind == "path" else str(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if kind == "count":
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{where}: expected an integer >= 1, got {value!r}")
+        return value
+    if (kind == "positive" and value <= 0) or (kind == "non-negative" and value < 0):
+        raise ConfigError(f"{where}: expected a {kind} number, got {value!r}")
+    return float(value)

@@ -1,0 +1,256 @@
+"""The controller's tick and loop (Ray autoscaler v2's shape: sync from the world, then act).
+
+A tick: observe Slurm -> complete a round a crash left half-applied -> account attained
+service -> ``plan_round`` -> diff -> apply -> record. A tick that cannot read Slurm
+takes no action at all (never a mass requeue on a blind tick); a failing tick is
+logged and recorded, and the loop lives on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.codec import assignment_from_json, round_plan_to_json
+from planner.model import Assignment
+from planner.pipeline import Scheduler, plan_round
+from slurm_plugin import planfile
+from slurm_plugin.controller import metrics
+from slurm_plugin.controller.actuate import Action, Actuator, ApplyResult, describe, diff
+from slurm_plugin.controller.config import ControllerConfig
+from slurm_plugin.controller.observe import OUTSIDE_PREFIX, Observation, build_observation, job_gpus, job_meta
+from slurm_plugin.directives import decode_comment
+from slurm_plugin.slurm.backend import SlurmClient
+from slurm_plugin.slurm.parse import SlurmJob, SlurmNode
+from slurm_plugin.slurm.runner import SlurmError
+from slurm_plugin.store import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TickReport:
+    """What one tick did (printed by ``mosaic controller --once``)."""
+
+    time_s: float
+    ok: bool
+    round_id: int | None = None
+    error: str | None = None
+    completed_round: int | None = None
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    result: ApplyResult | None = None
+    decision_time_s: float | None = None
+    jobs: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "time_s": self.time_s,
+            "ok": self.ok,
+            "round": self.round_id,
+            "error": self.error,
+            "completed_round": self.completed_round,
+            "jobs": self.jobs,
+            "decision_time_s": self.decision_time_s,
+            "actions": self.actions,
+        }
+        if self.result is not None:
+            doc["done"] = self.result.done
+            doc["skipped"] = [{"request_id": r, "why": w} for r, w in self.result.skipped]
+            doc["failed"] = [{"request_id": r, "why": w} for r, w in self.result.failed]
+        return doc
+
+
+class Observer:
+    """Reads Slurm and the state store into an :class:`Observation`."""
+
+    def __init__(
+        self,
+        client: SlurmClient,
+        store: Store,
+        config: ControllerConfig,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.store = store
+        self.config = config
+        self.clock = clock
+
+    def observe(self) -> Observation:
+        """Read Slurm and the store; record new jobs and account service since the last tick."""
+        now = self.clock()
+        jobs = self.client.jobs()
+        nodes = self.client.nodes()
+        self._record_new_jobs(jobs, now)
+        obs = self._build(now, jobs, nodes)
+        self._account(obs, now)
+        return self._build(now, jobs, nodes)
+
+    def _build(self, now: float, jobs: list[SlurmJob], nodes: list[SlurmNode]) -> Observation:
+        records = self.store.jobs()
+        partitions = set(self.config.partitions)
+        plans = {
+            sj.id: planfile.current_exec_plan(self.config.spool_dir, sj.id)
+            for sj in jobs
+            if sj.partition in partitions and sj.state == "RUNNING"
+        }
+        return build_observation(now, jobs, nodes, records, self.config, plans)
+
+    def _record_new_jobs(self, jobs: list[SlurmJob], now: float) -> None:
+        partitions = set(self.config.partitions)
+        known = self.store.jobs()
+        for sj in jobs:
+            new = sj.partition in partitions and sj.id not in known and sj.state in {"PENDING", "RUNNING"}
+            if new and job_gpus(sj) > 0:
+                self.store.add_job(sj.id, job_gpus(sj), decode_comment(sj.comment) or {}, now)
+
+    def _account(self, obs: Observation, now: float) -> None:
+        """Attained GPU service (Tiresias' 2D-LAS needs it), progress and pending-since per job."""
+        records = self.store.jobs()
+        updates: dict[str, tuple[float, float | None, float, float | None]] = {}
+        for job in obs.snapshot.jobs:
+            record = records.get(job.id)
+            if record is None:
+                continue
+            sj = obs.managed[job.id]
+            attained = record.attained_gpu_s
+            pending_since = record.pending_since_s
+            if job.assignment is not None and sj.start_time is not None:
+                since = max(record.accounted_until_s or sj.start_time, sj.start_time)
+                attained += job.assignment.num_gpus * max(0.0, now - since)
+                pending_since = None
+            elif pending_since is None:
+                pending_since = now
+            progress = planfile.last_progress(self.config.spool_dir, job.id)
+            updates[job.id] = (
+                attained,
+                progress if progress is not None else record.progress,
+                now,
+                pending_since,
+            )
+        self.store.account(updates)
+        if obs.finished:
+            self.store.mark_finished(list(obs.finished), now)
+
+
+class Controller:
+    """One tick at a time: observe, complete a half-applied round, plan, apply, record."""
+
+    def __init__(
+        self,
+        client: SlurmClient,
+        store: Store,
+        config: ControllerConfig,
+        scheduler: Scheduler,
+        clock: Callable[[], float] = time.time,
+        actuator: Actuator | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.scheduler = scheduler
+        self.clock = clock
+        self.observer = Observer(client, store, config, clock)
+        self.actuator = actuator or Actuator(client, store, config, clock=clock)
+
+    def observe(self) -> Observation:
+        return self.observer.observe()
+
+    def tick(self, dry_run: bool = False) -> TickReport:
+        started = time.perf_counter()
+        now = self.clock()
+        try:
+            report = self._tick(now, dry_run)
+        except SlurmError as e:
+            log.error("tick at %.0f: Slurm unavailable, no action taken: %s", now, e)
+            report = TickReport(now, ok=False, error=str(e))
+        self.store.log_tick(now, report.ok, report.round_id, report.error, time.perf_counter() - started)
+        self._write_metrics(report)
+        return report
+
+    def _tick(self, now: float, dry_run: bool) -> TickReport:
+        obs = self.observe()
+        completed = None
+        unfinished = self.store.unfinished_round()
+        if unfinished is not None and not dry_run:
+            # A crash left this round half-applied: finish it against what Slurm shows now,
+            # then plan afresh from the state it leads to.
+            log.warning("completing round %d, left half-applied", unfinished.round_id)
+            actions = diff(obs, _assignments(unfinished.plan), unfinished.round_id)
+            result = self.actuator.apply(obs, actions, unfinished.round_id)
+            self.store.finish_round(unfinished.round_id, result.count)
+            completed = unfinished.round_id
+            obs = self.observe()
+        report = TickReport(now, ok=True, completed_round=completed, jobs=len(obs.managed))
+        if obs.running and not obs.nodes:
+            report.ok = False
+            report.error = "no usable node in the managed partitions; refusing to stop running jobs"
+            log.error(report.error)
+            return report
+        plan = plan_round(obs.snapshot, self.scheduler, clock=time.perf_counter)
+        document = round_plan_to_json(plan)
+        report.decision_time_s = plan.decision_time_s
+        report.round_id = self.store.begin_round(now, document, dry_run=dry_run)
+        actions = diff(obs, _managed_assignments(plan.assignments), report.round_id)
+        report.actions = describe(actions)
+        if dry_run:
+            return report
+        self.store.set_policy_state(
+            {
+                j: s
+                for j, s in plan.policy_state.items()
+                if not j.startswith(OUTSIDE_PREFIX) and j in obs.managed
+            }
+        )
+        report.result = self.actuator.apply(obs, actions, report.round_id)
+        self.store.finish_round(report.round_id, report.result.count)
+        _log_actions(report.round_id, actions)
+        return report
+
+    def _write_metrics(self, report: TickReport) -> None:
+        path = self.config.metrics_path()
+        if path is None:
+            return
+        try:
+            metrics.write(path, self.store, report)
+        except OSError as e:
+            log.warning("metrics not written to %s: %s", path, e)
+
+    # -- loop -------------------------------------------------------------------------
+
+    def run_forever(self, sleep: Callable[[float], None] = time.sleep, ticks: int | None = None) -> None:
+        """Tick every ``round_s``; a tick that raises is logged and the loop goes on."""
+        count = 0
+        while ticks is None or count < ticks:
+            started = self.clock()
+            try:
+                self.tick()
+            except Exception:  # the tick boundary: one bad tick must not end the controller
+                log.exception("tick failed")
+                self.store.log_tick(started, False, None, "unexpected error (see log)", 0.0)
+            count += 1
+            if ticks is not None and count >= ticks:
+                break
+            sleep(max(0.0, self.config.round_s - (self.clock() - started)))
+
+
+def _assignments(plan: Mapping[str, Any]) -> dict[str, Assignment]:
+    raw = plan.get("assignments") or {}
+    return {
+        job_id: assignment_from_json(a, f"stored round plan: assignments.{job_id}")
+        for job_id, a in raw.items()
+        if not job_id.startswith(OUTSIDE_PREFIX)
+    }
+
+
+def _managed_assignments(assignments: Mapping[str, Assignment]) -> dict[str, Assignment]:
+    return {j: a for j, a in assignments.items() if not j.startswith(OUTSIDE_PREFIX)}
+
+
+def _log_actions(round_id: int, actions: list[Action]) -> None:
+    for a in actions:
+        log.info("round %d: %s job %s (%s)", round_id, a.kind.value, a.job_id, a.reason)
+
+
+__all__ = ["Controller", "TickReport", "job_meta"]

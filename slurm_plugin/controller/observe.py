@@ -1,0 +1,200 @@
+"""Slurm's view -> the planner's :class:`~planner.model.Snapshot` (pure, plus one I/O helper).
+
+* Nodes: those of the managed partitions that are usable (down, drained, draining or
+  failing nodes are not capacity); the GPU type is the node feature that names one
+  (GPU types are features because Slurm cannot change a pending job's GPU type).
+* Managed jobs (in the managed partitions): pending ones (held or not) and running ones
+  with their real allocation — GPU indices from ``gres_detail``, CPUs, memory — plus what
+  the state store adds: the original GPU request, attained service, progress, pending
+  since and the policy state the planner returned last round.
+* Jobs outside the managed partitions are occupied capacity, never touched: a running
+  GPU job becomes a non-preemptible, guaranteed (never packed with) running job pinned
+  to its GPUs; a CPU-only one shrinks its nodes' CPUs and memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from planner.model import Assignment, Job, JobState, Node, Snapshot
+from slurm_plugin.controller.config import ControllerConfig
+from slurm_plugin.directives import decode_comment
+from slurm_plugin.slurm.parse import SlurmJob, SlurmNode
+from slurm_plugin.store import JobRecord
+
+OUTSIDE_PREFIX = "outside:"
+"""Snapshot ids of jobs outside Mosaic's partitions (occupied capacity only)."""
+
+MANAGED_STATES = frozenset({"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED"})
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One look at Slurm: the Snapshot and the Slurm records behind it."""
+
+    time_s: float
+    snapshot: Snapshot
+    managed: Mapping[str, SlurmJob]  # managed jobs that are pending or running, by id
+    nodes: Mapping[str, SlurmNode]  # usable nodes of the managed partitions
+    finished: tuple[str, ...]  # managed jobs Slurm lists as ended
+
+    @property
+    def running(self) -> dict[str, SlurmJob]:
+        return {j: s for j, s in self.managed.items() if s.state == "RUNNING"}
+
+
+def job_gpus(sj: SlurmJob) -> int:
+    """The GPUs a job's Slurm request asks for (all nodes)."""
+    return sj.gpus_per_node * max(1, sj.num_nodes)
+
+
+def job_meta(sj: SlurmJob, record: JobRecord | None) -> dict[str, Any]:
+    """Mosaic metadata: the store's copy, else the comment's."""
+    if record is not None and record.meta:
+        return dict(record.meta)
+    return decode_comment(sj.comment) or {}
+
+
+def build_observation(
+    now: float,
+    slurm_jobs: Sequence[SlurmJob],
+    slurm_nodes: Sequence[SlurmNode],
+    records: Mapping[str, JobRecord],
+    config: ControllerConfig,
+    current_plans: Mapping[str, Mapping[str, Any] | None] | None = None,
+) -> Observation:
+    """The Snapshot for ``now`` (pure). ``current_plans``: the execution plan each running job
+    was started with (from its plan file); ``None`` where it runs as submitted."""
+    partitions = set(config.partitions)
+    usable = {
+        n.name: n for n in slurm_nodes if n.usable and partitions.intersection(n.partitions or partitions)
+    }
+    cpu_taken: dict[str, int] = {}
+    mem_taken: dict[str, float] = {}
+    jobs: list[Job] = []
+    managed: dict[str, SlurmJob] = {}
+    finished: list[str] = []
+    for sj in slurm_jobs:
+        if sj.partition not in partitions:
+            outside = _outside_job(sj, usable)
+            if outside is not None:
+                jobs.append(outside)
+            elif sj.holds_resources:
+                for node in sj.nodes:
+                    if node in usable:
+                        cpu_taken[node] = cpu_taken.get(node, 0) + sj.cpus // max(1, len(sj.nodes))
+                        mem_taken[node] = mem_taken.get(node, 0.0) + (sj.memory_mb_per_node() or 0) / 1024
+            continue
+        if sj.state not in MANAGED_STATES:
+            finished.append(sj.id)
+            continue
+        if job_gpus(sj) == 0:
+            continue  # a CPU-only job in a GPU partition: Slurm schedules it, Mosaic has no GPU plan for it
+        managed[sj.id] = sj
+        plan = (current_plans or {}).get(sj.id)
+        jobs.append(_managed_job(sj, records.get(sj.id), usable, config, now, plan))
+    nodes = tuple(
+        Node(
+            name=n.name,
+            gpus=n.gpus,
+            gpu_type=node_gpu_type(n, config),
+            cpus=max(0, n.cpus - cpu_taken.get(n.name, 0)),
+            mem_gb=max(0.0, n.mem_mb / 1024 - mem_taken.get(n.name, 0.0)),
+        )
+        for n in sorted(usable.values(), key=lambda n: _natural(n.name))
+    )
+    snapshot = Snapshot(time_s=now, nodes=nodes, jobs=tuple(jobs))
+    return Observation(now, snapshot, managed, usable, tuple(finished))
+
+
+def node_gpu_type(node: SlurmNode, config: ControllerConfig) -> str:
+    for feature in node.features:
+        if feature.lower() in config.gpu_types:
+            return feature.lower()
+    return config.default_gpu_type
+
+
+def _natural(name: str) -> tuple[str, int]:
+    digits = len(name) - len(name.rstrip("0123456789"))
+    return (name[: len(name) - digits], int(name[len(name) - digits :]) if digits else -1)
+
+
+def running_assignment(
+    sj: SlurmJob, usable: Mapping[str, SlurmNode], plan: Mapping[str, Any] | None = None
+) -> Assignment | None:
+    """The allocation Slurm gave a running job, or ``None`` when it is not (fully) on usable nodes."""
+    if sj.state != "RUNNING" or not sj.nodes or any(n not in usable for n in sj.nodes):
+        return None
+    by_node = dict(sj.gpu_indices)
+    gpus: list[tuple[str, int]] = []
+    for node in sj.nodes:
+        indices = by_node.get(node) or tuple(range(sj.gpus_per_node))  # no gres_detail: assume the first
+        gpus += [(node, k) for k in indices]
+    if not gpus:
+        return None
+    mem_gb = (sj.memory_mb_per_node() or 0) * len(sj.nodes) / 1024
+    return Assignment(gpus=tuple(gpus), cpus=sj.cpus, mem_gb=mem_gb, plan=plan)
+
+
+def _outside_job(sj: SlurmJob, usable: Mapping[str, SlurmNode]) -> Job | None:
+    assignment = running_assignment(sj, usable)
+    if assignment is None:
+        return None
+    return Job(
+        id=OUTSIDE_PREFIX + sj.id,
+        num_gpus=assignment.num_gpus,
+        model="unknown",
+        submit_time_s=sj.submit_time,
+        state=JobState.RUNNING,
+        guaranteed=True,  # packing never pairs a pending job with it
+        preemptible=False,  # every policy keeps it where it is
+        assignment=assignment,
+    )
+
+
+def _managed_job(
+    sj: SlurmJob,
+    record: JobRecord | None,
+    usable: Mapping[str, SlurmNode],
+    config: ControllerConfig,
+    now: float,
+    plan: Mapping[str, Any] | None,
+) -> Job:
+    meta = job_meta(sj, record)
+    num_gpus = record.num_gpus if record is not None else job_gpus(sj)
+    assignment = running_assignment(sj, usable, plan)
+    progress = record.progress if record is not None else None
+    duration = _positive(meta.get("duration_s"))
+    remaining = duration * (1 - progress) if duration is not None and progress is not None else None
+    deadline = _positive(meta.get("deadline_s"))
+    plans = meta.get("plans")
+    return Job(
+        id=sj.id,
+        num_gpus=num_gpus,
+        model=str(meta.get("model") or config.default_model),
+        submit_time_s=sj.submit_time,
+        state=JobState.RUNNING if assignment is not None else JobState.PENDING,
+        attained_gpu_s=record.attained_gpu_s if record is not None else 0.0,
+        progress=progress,
+        remaining_s=remaining,
+        duration_s=duration,
+        batch_size=meta.get("batch_size") if isinstance(meta.get("batch_size"), int) else None,
+        tenant=meta.get("tenant") if isinstance(meta.get("tenant"), str) else None,
+        guaranteed=bool(meta.get("guaranteed", False)),
+        deadline_s=sj.submit_time + deadline if deadline is not None else None,
+        gpu_type=meta.get("gpu_type") if isinstance(meta.get("gpu_type"), str) else None,
+        plan=meta.get("plan") if isinstance(meta.get("plan"), dict) else None,
+        candidate_plans=tuple(p for p in plans if isinstance(p, dict)) if isinstance(plans, list) else (),
+        restarts=sj.restarts,
+        pending_since_s=record.pending_since_s if record is not None else sj.submit_time,
+        assignment=assignment,
+        policy_state=record.policy_state if record is not None else None,
+    )
+
+
+def _positive(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return float(value)

@@ -1,0 +1,143 @@
+"""An emulated training job: runs under Slurm like a real one, without a GPU.
+
+``mosaic emulate --duration-s D [--time-scale F]`` advances ``progress`` from 0 to 1 in
+``D`` emulated seconds at its reference allocation (``D / F`` real seconds), checkpoints
+its progress when the controller's checkpoint signal arrives (and answers with the
+checkpoint marker the controller waits for), resumes from that checkpoint after a
+requeue, and exits 0 when done. It speaks the job side of the plan-file protocol
+(:mod:`slurm_plugin.planfile`): heartbeats with ``progress`` in
+``<spool>/status/<job>/heartbeat.jsonl``, the marker ``checkpoint.json`` there.
+
+Its first heartbeat records what Slurm gave it (``CUDA_VISIBLE_DEVICES``,
+``SLURM_CPUS_ON_NODE``, ``SLURM_MEM_PER_NODE``, the node), which is how the integration
+tests check from inside the job that it runs with exactly the planned resources.
+
+Speed: 1.0 at the GPU count the job asked for; with another GPU count it scales
+linearly (``--scaling linear``, the emulated job is perfectly data parallel) or not at
+all (``--scaling none``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from slurm_plugin import planfile
+from slurm_plugin.files import write_atomic
+
+STATE_FILE = "emulator.json"  # the emulated checkpoint: progress so far
+ENV_KEYS = (
+    "CUDA_VISIBLE_DEVICES",
+    "SLURM_JOB_GPUS",
+    "SLURM_CPUS_ON_NODE",
+    "SLURM_MEM_PER_NODE",
+    "SLURMD_NODENAME",
+    "SLURM_JOB_NODELIST",
+    "SLURM_RESTART_COUNT",
+)
+
+
+class EmulatedJob:
+    def __init__(
+        self,
+        job_id: str,
+        spool: Path,
+        duration_s: float,
+        time_scale: float,
+        requested_gpus: int,
+        scaling: str = "linear",
+        clock: Any = time.monotonic,
+    ) -> None:
+        self.job_id = job_id
+        self.spool = spool
+        self.status = planfile.status_dir(spool, job_id)
+        self.duration_s = duration_s
+        self.time_scale = time_scale
+        self.requested_gpus = requested_gpus
+        self.scaling = scaling
+        self.clock = clock
+        self.progress = self._load()
+        self.checkpoint_requested = False
+        self.terminate = False
+
+    def _load(self) -> float:
+        try:
+            value = json.loads((self.status / STATE_FILE).read_text()).get("progress", 0.0)
+        except (OSError, json.JSONDecodeError, AttributeError):
+            return 0.0
+        return float(value) if isinstance(value, int | float) else 0.0
+
+    def speed(self, gpus: int) -> float:
+        if self.scaling == "none" or gpus <= 0:
+            return 1.0
+        return gpus / self.requested_gpus
+
+    def heartbeat(self, event: str, extra: Mapping[str, Any] | None = None) -> None:
+        record = {"event": event, "time": time.time(), "job_id": self.job_id, "progress": self.progress}
+        record.update(extra or {})
+        self.status.mkdir(parents=True, exist_ok=True)
+        with open(self.status / planfile.HEARTBEATS, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+
+    def checkpoint(self) -> None:
+        write_atomic(self.status / STATE_FILE, json.dumps({"progress": self.progress}) + "\n")
+        marker = {"job_id": self.job_id, "time": time.time(), "progress": self.progress}
+        write_atomic(self.status / planfile.CHECKPOINT_MARKER, json.dumps(marker) + "\n")
+        self.heartbeat("checkpoint")
+
+    def run(self, env: Mapping[str, str], gpus: int, tick_s: float = 0.1) -> int:
+        self.heartbeat("start", {"env": {k: env.get(k) for k in ENV_KEYS}, "gpus": gpus})
+        rate = self.speed(gpus) * self.time_scale / self.duration_s  # progress per real second
+        last = self.clock()
+        last_beat = last
+        while self.progress < 1.0:
+            if self.checkpoint_requested:
+                self.checkpoint_requested = False
+                self.checkpoint()
+                # Stay up until requeued: exiting now would end the job for Slurm.
+                while not self.terminate:
+                    time.sleep(tick_s)
+            if self.terminate:
+                self.checkpoint()
+                return 143
+            time.sleep(tick_s)
+            now = self.clock()
+            self.progress = min(1.0, self.progress + (now - last) * rate)
+            last = now
+            if now - last_beat >= 1.0:
+                self.heartbeat("heartbeat")
+                last_beat = now
+        self.checkpoint()
+        self.heartbeat("done")
+        return 0
+
+    def install_handlers(self, checkpoint_signal: int = signal.SIGUSR1) -> None:
+        def on_checkpoint(signum: int, frame: FrameType | None) -> None:
+            self.checkpoint_requested = True
+
+        def on_term(signum: int, frame: FrameType | None) -> None:
+            self.terminate = True
+
+        signal.signal(checkpoint_signal, on_checkpoint)
+        signal.signal(signal.SIGTERM, on_term)
+
+
+def gpus_in(env: Mapping[str, str]) -> int:
+    devices = env.get("CUDA_VISIBLE_DEVICES") or ""
+    return len([d for d in devices.split(",") if d.strip()])
+
+
+def main(duration_s: float, time_scale: float, scaling: str, requested_gpus: int | None) -> int:
+    env = dict(os.environ)
+    job_id = env.get("SLURM_JOB_ID") or "local"
+    spool = Path(env.get("MOSAIC_SPOOL") or "/var/spool/mosaic")
+    gpus = gpus_in(env)
+    job = EmulatedJob(job_id, spool, duration_s, time_scale, requested_gpus or max(1, gpus), scaling)
+    job.install_handlers()
+    return job.run(env, gpus)

@@ -1,0 +1,263 @@
+"""The controller's state store: SQLite in WAL mode under the spool directory.
+
+What Slurm does not remember for Mosaic lives here: each job's attained GPU service,
+progress, original GPU request, Mosaic metadata and the policy state the planner hands
+back every round (the planner keeps none between rounds); each round's plan and
+whether it was fully applied; and an action log keyed by request id, so a controller
+that crashed half-way through a round finds, on restart, which round to complete.
+
+Every write is one transaction (``with self.db``), so a crash leaves the store at the
+last committed state; WAL lets ``mosaic status`` read while the controller writes.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY,
+    num_gpus INTEGER NOT NULL,
+    meta TEXT NOT NULL DEFAULT '{}',
+    attained_gpu_s REAL NOT NULL DEFAULT 0,
+    progress REAL,
+    accounted_until_s REAL,
+    pending_since_s REAL,
+    policy_state TEXT,
+    plan_version INTEGER NOT NULL DEFAULT 0,
+    first_seen_s REAL NOT NULL,
+    finished_s REAL
+);
+CREATE TABLE IF NOT EXISTS rounds (
+    round_id INTEGER PRIMARY KEY,
+    time_s REAL NOT NULL,
+    status TEXT NOT NULL,           -- applying | done | dry-run
+    plan TEXT NOT NULL,             -- the RoundPlan JSON
+    actions INTEGER NOT NULL DEFAULT 0,
+    error TEXT
+);
+CREATE TABLE IF NOT EXISTS actions (
+    request_id TEXT PRIMARY KEY,
+    round_id INTEGER NOT NULL,
+    job_id TEXT NOT NULL,
+    kind TEXT NOT NULL,             -- stop | start | hold
+    status TEXT NOT NULL,           -- planned | done | skipped | failed
+    detail TEXT NOT NULL DEFAULT '',
+    time_s REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS actions_by_job ON actions (job_id, kind, status, time_s);
+CREATE TABLE IF NOT EXISTS ticks (
+    tick_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time_s REAL NOT NULL,
+    ok INTEGER NOT NULL,
+    round_id INTEGER,
+    error TEXT,
+    duration_s REAL
+);
+"""
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: str
+    num_gpus: int
+    meta: Mapping[str, Any]
+    attained_gpu_s: float
+    progress: float | None
+    accounted_until_s: float | None
+    pending_since_s: float | None
+    policy_state: Mapping[str, Any] | None
+    plan_version: int
+    first_seen_s: float
+    finished_s: float | None
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    round_id: int
+    time_s: float
+    status: str
+    plan: Mapping[str, Any]
+    actions: int
+    error: str | None
+
+
+class Store:
+    """One SQLite database file; safe to open from several processes."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(SCHEMA)
+        self.db.isolation_level = "DEFERRED"
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- jobs -------------------------------------------------------------------------
+
+    def job(self, job_id: str) -> JobRecord | None:
+        row = self.db.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        return None if row is None else _job_record(row)
+
+    def jobs(self) -> dict[str, JobRecord]:
+        return {r[0]: _job_record(r) for r in self.db.execute("SELECT * FROM jobs")}
+
+    def add_job(self, job_id: str, num_gpus: int, meta: Mapping[str, Any], now: float) -> None:
+        """Record a job on first sight (its original GPU request); later calls keep the first."""
+        with self.db:
+            self.db.execute(
+                "INSERT OR IGNORE INTO jobs (job_id, num_gpus, meta, first_seen_s, pending_since_s) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (job_id, num_gpus, json.dumps(dict(meta)), now, now),
+            )
+
+    def set_meta(self, job_id: str, meta: Mapping[str, Any]) -> None:
+        with self.db:
+            self.db.execute("UPDATE jobs SET meta = ? WHERE job_id = ?", (json.dumps(dict(meta)), job_id))
+
+    def account(self, updates: Mapping[str, tuple[float, float | None, float, float | None]]) -> None:
+        """Per job: (attained GPU-s, progress, accounted until, pending since)."""
+        with self.db:
+            self.db.executemany(
+                "UPDATE jobs SET attained_gpu_s = ?, progress = ?, accounted_until_s = ?, "
+                "pending_since_s = ? WHERE job_id = ?",
+                [(a, p, u, ps, job_id) for job_id, (a, p, u, ps) in updates.items()],
+            )
+
+    def set_policy_state(self, states: Mapping[str, Mapping[str, Any]]) -> None:
+        with self.db:
+            self.db.executemany(
+                "UPDATE jobs SET policy_state = ? WHERE job_id = ?",
+                [(json.dumps(dict(s)), job_id) for job_id, s in states.items()],
+            )
+
+    def next_plan_version(self, job_id: str) -> int:
+        with self.db:
+            self.db.execute("UPDATE jobs SET plan_version = plan_version + 1 WHERE job_id = ?", (job_id,))
+        row = self.db.execute("SELECT plan_version FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        return int(row[0]) if row else 1
+
+    def mark_finished(self, job_ids: list[str], now: float) -> None:
+        with self.db:
+            self.db.executemany(
+                "UPDATE jobs SET finished_s = ? WHERE job_id = ? AND finished_s IS NULL",
+                [(now, j) for j in job_ids],
+            )
+
+    # -- rounds -----------------------------------------------------------------------
+
+    def begin_round(self, time_s: float, plan: Mapping[str, Any], dry_run: bool = False) -> int:
+        with self.db:
+            cur = self.db.execute(
+                "INSERT INTO rounds (time_s, status, plan) VALUES (?, ?, ?)",
+                (time_s, "dry-run" if dry_run else "applying", json.dumps(dict(plan))),
+            )
+        return int(cur.lastrowid or 0)
+
+    def finish_round(self, round_id: int, actions: int, error: str | None = None) -> None:
+        with self.db:
+            self.db.execute(
+                "UPDATE rounds SET status = 'done', actions = ?, error = ? WHERE round_id = ?",
+                (actions, error, round_id),
+            )
+
+    def unfinished_round(self) -> RoundRecord | None:
+        """The latest round whose actions were not all applied (a crash mid-round)."""
+        row = self.db.execute(
+            "SELECT * FROM rounds WHERE status = 'applying' ORDER BY round_id DESC LIMIT 1"
+        ).fetchone()
+        return None if row is None else _round_record(row)
+
+    def last_round(self) -> RoundRecord | None:
+        row = self.db.execute(
+            "SELECT * FROM rounds WHERE status != 'dry-run' ORDER BY round_id DESC LIMIT 1"
+        ).fetchone()
+        return None if row is None else _round_record(row)
+
+    def rounds(self, limit: int = 20) -> list[RoundRecord]:
+        rows = self.db.execute("SELECT * FROM rounds ORDER BY round_id DESC LIMIT ?", (limit,))
+        return [_round_record(r) for r in rows]
+
+    # -- actions ----------------------------------------------------------------------
+
+    def log_action(
+        self, request_id: str, round_id: int, job_id: str, kind: str, status: str, detail: str, now: float
+    ) -> None:
+        with self.db:
+            self.db.execute(
+                "INSERT INTO actions (request_id, round_id, job_id, kind, status, detail, time_s) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (request_id) DO UPDATE SET "
+                "status = excluded.status, detail = excluded.detail, time_s = excluded.time_s",
+                (request_id, round_id, job_id, kind, status, detail, now),
+            )
+
+    def action_status(self, request_id: str) -> str | None:
+        row = self.db.execute("SELECT status FROM actions WHERE request_id = ?", (request_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def stops_since(self, job_id: str, since_s: float) -> int:
+        """Stops applied to ``job_id`` since ``since_s`` (the restart rate limit)."""
+        row = self.db.execute(
+            "SELECT COUNT(*) FROM actions WHERE job_id = ? AND kind = 'stop' AND status = 'done' "
+            "AND time_s >= ?",
+            (job_id, since_s),
+        ).fetchone()
+        return int(row[0])
+
+    def actions(self, round_id: int | None = None) -> Iterator[tuple[str, int, str, str, str, str, float]]:
+        if round_id is None:
+            yield from self.db.execute("SELECT * FROM actions ORDER BY time_s")
+        else:
+            query = "SELECT * FROM actions WHERE round_id = ? ORDER BY time_s"
+            yield from self.db.execute(query, (round_id,))
+
+    # -- ticks ------------------------------------------------------------------------
+
+    def log_tick(
+        self, time_s: float, ok: bool, round_id: int | None, error: str | None, duration_s: float
+    ) -> None:
+        with self.db:
+            self.db.execute(
+                "INSERT INTO ticks (time_s, ok, round_id, error, duration_s) VALUES (?, ?, ?, ?, ?)",
+                (time_s, int(ok), round_id, error, duration_s),
+            )
+
+    def tick_counts(self) -> tuple[int, int]:
+        row = self.db.execute("SELECT COUNT(*), COALESCE(SUM(1 - ok), 0) FROM ticks").fetchone()
+        return int(row[0]), int(row[1])
+
+
+def _job_record(row: tuple[Any, ...]) -> JobRecord:
+    return JobRecord(
+        job_id=row[0],
+        num_gpus=int(row[1]),
+        meta=json.loads(row[2]),
+        attained_gpu_s=float(row[3]),
+        progress=row[4],
+        accounted_until_s=row[5],
+        pending_since_s=row[6],
+        policy_state=json.loads(row[7]) if row[7] else None,
+        plan_version=int(row[8]),
+        first_seen_s=float(row[9]),
+        finished_s=row[10],
+    )
+
+
+def _round_record(row: tuple[Any, ...]) -> RoundRecord:
+    return RoundRecord(
+        round_id=int(row[0]),
+        time_s=float(row[1]),
+        status=str(row[2]),
+        plan=json.loads(row[3]),
+        actions=int(row[4]),
+        error=row[5],
+    )

@@ -1,0 +1,33 @@
+"""``mosaic submit``: validate a batch script's ``#MOSAIC`` directives and submit it held.
+
+The job is submitted held (``sbatch --hold``) so only the controller starts it; its
+metadata travels in the Slurm comment (:func:`slurm_plugin.directives.encode_comment`) and
+``MOSAIC_SPOOL`` in its environment tells ``mosaic-run`` where its plan file is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from planner.errors import InputError
+from slurm_plugin.directives import encode_comment, parse_directives
+from slurm_plugin.files import read_text
+from slurm_plugin.slurm.backend import SlurmClient
+
+RESERVED_SBATCH = ("--comment", "-H", "--hold")
+
+
+def prepare(script: str | Path, sbatch_args: Sequence[str]) -> dict[str, Any]:
+    """The metadata of ``script`` (errors name the script, line and directive)."""
+    for arg in sbatch_args:
+        if arg.split("=", 1)[0] in RESERVED_SBATCH:
+            raise InputError(f"mosaic submit: {arg.split('=', 1)[0]} is set by Mosaic (it holds the job)")
+    return parse_directives(read_text(script), str(script))
+
+
+def submit(client: SlurmClient, script: str | Path, sbatch_args: Sequence[str], spool: Path) -> str:
+    """Submit ``script`` held with its metadata; returns the Slurm job id."""
+    meta = prepare(script, sbatch_args)
+    return client.submit(str(script), list(sbatch_args), encode_comment(meta), {"MOSAIC_SPOOL": str(spool)})

@@ -94,6 +94,15 @@ PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(
         "sjf-ffs": SchedulerConfig(
             name="sjf-ffs", policy="sjf", preemptive=False, placement="shared-consolidated", packing="ffs"
         ),
+        # Synergy §5: FIFO by default (combine with --policy srtf|las|ftf); the runnable set is
+        # chosen on GPUs, then the mechanism shapes CPUs and memory.
+        "synergy-proportional": SchedulerConfig(name="synergy-proportional", policy="fifo"),
+        "synergy-greedy": SchedulerConfig(name="synergy-greedy", policy="fifo", shaping="greedy"),
+        "synergy-tune": SchedulerConfig(name="synergy-tune", policy="fifo", shaping="tune"),
+        "synergy-opt": SchedulerConfig(name="synergy-opt", policy="fifo", shaping="opt"),
+        # Synergy §5.7: big-data multi-resource schedulers fed Synergy's best-case demands.
+        "drf": SchedulerConfig(name="drf", policy="fifo", shaping="drf"),
+        "tetris": SchedulerConfig(name="tetris", policy="fifo", shaping="tetris"),
     }
 )
 

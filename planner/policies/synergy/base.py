@@ -1,0 +1,180 @@
+"""What every Synergy mechanism starts from, and how its result becomes a draft.
+
+The placement stage chose the round's *runnable set* by GPU demand alone (Synergy-Tune
+§4.2: the top jobs whose GPUs the cluster can hold). A Synergy mechanism then re-packs
+that set along GPUs, CPUs and memory. Running jobs the placement kept on their GPUs
+keep them (the lease renewal of §4.3); only their CPUs and memory may change.
+
+Synergy assumes one job per GPU. A draft with packed (GPU-sharing) jobs is shaped
+GPU-proportionally instead, so combining a Synergy mechanism with a packing stage is
+safe but gains nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
+
+from planner.model import Assignment, Job, Outcome, Snapshot
+from planner.policies.common import options_reader
+from planner.policies.shaping import ProportionalShaping
+from planner.policies.synergy.demand import (
+    DEFAULT_TOLERANCE,
+    PerGpu,
+    best_case_per_gpu,
+    check_tolerance,
+    proportional_per_gpu,
+)
+from planner.policies.synergy.pool import Counts, Held, Pool, to_assignment
+from planner.registry import StageContext
+from planner.stages import Draft
+from profiles.schema import SensitivityMatrix
+from profiles.store import ProfileStore
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """A runnable job, its sensitivity (``None``: unknown) and best-case share per GPU."""
+
+    job: Job
+    base: Assignment  # the placement stage's assignment
+    kept: bool  # running and kept on its GPUs by the placement
+    matrix: SensitivityMatrix | None
+    best: PerGpu | None  # None: ask for the proportional share
+
+    def throughput(self, share: PerGpu) -> float:
+        """W_j at ``share`` (1.0 everywhere for a job with no profile)."""
+        return 1.0 if self.matrix is None else self.matrix.at(share.cpus, share.mem_gb)
+
+    def wish(self, prop: PerGpu) -> PerGpu:
+        """The share to ask for on nodes whose proportional share is ``prop``.
+
+        The best-case share, raised to the proportional one along any dimension where
+        it would fall below the proportional throughput (the tolerance could
+        otherwise make a job slower than its fair share).
+        """
+        if self.best is None:
+            return prop
+        if self.throughput(self.best) >= self.throughput(prop):
+            return self.best
+        return PerGpu(max(self.best.cpus, prop.cpus), max(self.best.mem_gb, prop.mem_gb))
+
+    def fair(self, current: PerGpu, prop: PerGpu) -> PerGpu:
+        """Back to at most the proportional share, never below its throughput."""
+        capped = current.capped(prop)
+        if self.throughput(capped) >= self.throughput(prop) - 1e-12:
+            return capped
+        return prop
+
+
+@dataclass
+class Round:
+    """One round's mechanism input and output (local, mutable)."""
+
+    snapshot: Snapshot
+    demands: list[Demand]  # in the draft's priority order
+    pool: Pool
+    skipped: dict[str, Outcome] = field(default_factory=dict)
+
+    def prop(self, counts: Counts) -> PerGpu:
+        return proportional_per_gpu([self.pool.by_name[n] for n, _ in counts])
+
+
+class SynergyShaping:
+    """Base of the mechanisms: options, the runnable set, and the resulting draft."""
+
+    component: ClassVar[str] = "synergy"
+    tolerance: float
+    profiles: ProfileStore
+
+    def __init__(self, tolerance: float, profiles: ProfileStore) -> None:
+        self.tolerance = check_tolerance(tolerance)
+        self.profiles = profiles
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
+        f = options_reader(options, f"{cls.component} shaping", ["tolerance"])
+        return cls(f.opt_float("tolerance", minimum=0.0) or DEFAULT_TOLERANCE, context.profiles)
+
+    def shape(self, snapshot: Snapshot, draft: Draft) -> Draft:
+        if any(a.shares_with for a in draft.assignments.values()):
+            return ProportionalShaping().shape(snapshot, draft)
+        rnd = self._round(snapshot, draft)
+        self.allocate(rnd)
+        return self._draft(rnd, draft)
+
+    def allocate(self, rnd: Round) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- helpers -------------------------------------------------------------------------
+    def _round(self, snapshot: Snapshot, draft: Draft) -> Round:
+        jobs = {j.id: j for j in snapshot.jobs}
+        pool = Pool(snapshot.nodes)
+        demands = []
+        for job_id, a in draft.assignments.items():
+            job = jobs[job_id]
+            kept = job.is_running and job.assignment is not None and job.assignment.gpus == a.gpus
+            if kept:
+                pool.reserve(job_id, a.gpus)
+            matrix = self.profiles.resolve(job.model).sensitivity
+            best = None if matrix is None else best_case_per_gpu(matrix, self.tolerance)
+            demands.append(Demand(job, a, kept, matrix, best))
+        return Round(snapshot, demands, pool)
+
+    @staticmethod
+    def _draft(rnd: Round, draft: Draft) -> Draft:
+        assignments: dict[str, Assignment] = {}
+        outcomes = dict(draft.outcomes)
+        for d in rnd.demands:
+            held: Held | None = rnd.pool.held.get(d.job.id)
+            if held is None:
+                outcomes[d.job.id] = rnd.skipped.get(d.job.id, Outcome.NO_RESOURCES)
+                continue
+            previous = d.job.assignment if d.job.is_running else None
+            assignments[d.job.id] = to_assignment(held, d.base, previous)
+        return Draft(assignments=assignments, outcomes=outcomes)
+
+
+ShareRule = Callable[[Demand, PerGpu], PerGpu]  # (job, proportional share there) -> share
+
+
+def candidates(rnd: Round, d: Demand) -> list[Counts]:
+    """Node sets ``d``'s GPUs may take: its kept GPUs' nodes, or any that have room."""
+    fixed = rnd.pool.reserved_counts(d.job.id)
+    return [fixed] if fixed is not None else rnd.pool.node_sets(d.job)
+
+
+def place_at(rnd: Round, d: Demand, rule: ShareRule, pick: str = "best") -> tuple[Counts, PerGpu] | None:
+    """Where ``d`` fits with the share ``rule`` gives it (``pick``: best or first fit), if anywhere."""
+    best: tuple[float, Counts, PerGpu] | None = None
+    for counts in candidates(rnd, d):
+        share = rule(d, rnd.prop(counts))
+        if not rnd.pool.fits(counts, share):
+            continue
+        if pick == "first":
+            return counts, share
+        score = rnd.pool.leftover(counts, share)
+        if best is None or score < best[0]:
+            best = (score, counts, share)
+    return None if best is None else (best[1], best[2])
+
+
+def commit(rnd: Round, d: Demand, counts: Counts, share: PerGpu) -> None:
+    previous = d.job.assignment.gpus if d.job.assignment is not None else ()
+    rnd.pool.commit(d.job.id, counts, share, previous)
+
+
+def skip(rnd: Round, d: Demand, why: Outcome = Outcome.NO_RESOURCES) -> None:
+    """``d`` does not run this round; GPUs kept for it go back to the pool."""
+    rnd.pool.unreserve(d.job.id)
+    rnd.skipped[d.job.id] = why
+
+
+def wished(d: Demand, prop: PerGpu) -> PerGpu:
+    return d.wish(prop)
+
+
+def best_case(d: Demand, prop: PerGpu) -> PerGpu:
+    """The best-case demand as is (no fairness floor): what Greedy, DRF and Tetris ask for."""
+    return prop if d.best is None else d.best

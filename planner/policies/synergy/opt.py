@@ -1,0 +1,186 @@
+"""Synergy-Opt (§4.1, Appendix A.1): the throughput upper bound, made into an allocation.
+
+First program (A.1.2, eqs. 8-12), solved as the ILP the paper uses: one binary
+y[c, m, j] per job and per (CPUs, memory) point of its sensitivity matrix (plus its exact
+proportional share), maximising total normalised throughput on one *super-machine*
+holding all CPUs and memory, with exactly one point per job and no job below its
+proportional throughput. A tiny resource cost breaks ties towards smaller allocations
+(a flat matrix must not grab resources others could use).
+
+Second program (A.1.3, eqs. 15-19), a linear program: x[i, j] = the fraction of job j
+(its GPUs and its chosen CPUs and memory) on server i. Solved to a vertex (dual
+simplex), at most 3s jobs are fractional (Theorem A.2); the objective prefers each
+running job's current server, Synergy's lease renewal. Jobs with one x[i, j] = 1 go
+there; the fractional ones (the paper leaves their rounding open, §4.1.3) are placed
+by Synergy-Tune's rules with the ILP's share as their demand, which keeps the
+proportional-throughput floor. Both are solved by HiGHS through SciPy.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+from scipy.sparse import coo_matrix
+
+from planner.policies.synergy.base import Demand, Round, SynergyShaping, commit
+from planner.policies.synergy.demand import PerGpu, proportional_per_gpu
+from planner.policies.synergy.pool import Counts
+from planner.policies.synergy.tune import TuneShaping
+from planner.stages import SHAPINGS
+from profiles.schema import SensitivityMatrix
+
+_TIE_COST = 1e-4
+
+
+@SHAPINGS.register("opt")
+class OptShaping(SynergyShaping):
+    """Synergy-Opt: ILP on the super-machine, then an LP to spread jobs over servers."""
+
+    component = "opt"
+
+    def allocate(self, rnd: Round) -> None:
+        if not rnd.demands:
+            return
+        shares = ideal_shares(rnd)
+        chosen = {d.job.id: share for d, share in zip(rnd.demands, shares, strict=True)}
+        whole = spread_over_servers(rnd, chosen)
+        tune = TuneShaping(self.tolerance, self.profiles)
+        rest = []
+        staying_first = sorted(
+            rnd.demands, key=lambda d: rnd.pool.reserved_counts(d.job.id) != whole.get(d.job.id)
+        )
+        for d in staying_first:
+            counts = whole.get(d.job.id)
+            if (
+                counts is not None
+                and rnd.pool.has_gpus(d.job.id, counts)
+                and rnd.pool.fits(counts, chosen[d.job.id])
+            ):
+                commit(rnd, d, counts, chosen[d.job.id])
+            else:
+                rest.append(d)
+        for d in sorted(rest, key=lambda d: -d.job.num_gpus):
+            as_chosen = Demand(d.job, d.base, d.kept, d.matrix, chosen[d.job.id])
+            if not tune.place(rnd, as_chosen):
+                tune._on_placement_gpus(rnd)
+                return
+
+
+def _points(rnd: Round, d: Demand) -> tuple[tuple[PerGpu, float], ...]:
+    prop = proportional_per_gpu(rnd.pool.nodes)
+    if d.matrix is None:
+        return ((prop, 1.0),)
+    return _grid_points(d.matrix, prop)
+
+
+@lru_cache(maxsize=4096)
+def _grid_points(matrix: SensitivityMatrix, prop: PerGpu) -> tuple[tuple[PerGpu, float], ...]:
+    """(share, W) for every matrix point and the proportional share, none below W(prop)."""
+    points = {PerGpu(int(c), m) for c in matrix.cpus_per_gpu for m in matrix.mem_gb_per_gpu if c >= 1}
+    points.add(prop)
+    floor = matrix.at(prop.cpus, prop.mem_gb)
+    scored = ((p, matrix.at(p.cpus, p.mem_gb)) for p in sorted(points))
+    return tuple((p, w) for p, w in scored if w >= floor - 1e-12)
+
+
+def ideal_shares(rnd: Round) -> list[PerGpu]:
+    """The ILP (8-12): each runnable job's best CPUs and memory per GPU on the super-machine."""
+    nodes = rnd.pool.nodes
+    cap_cpus = float(sum(n.cpus for n in nodes))
+    cap_mem = float(sum(n.mem_gb for n in nodes))
+    points = [_points(rnd, d) for d in rnd.demands]
+    n_vars = sum(len(p) for p in points)
+    objective = np.empty(n_vars)
+    cpu_row = np.empty(n_vars)
+    mem_row = np.empty(n_vars)
+    rows, cols = [], []
+    k = 0
+    for j, (d, pts) in enumerate(zip(rnd.demands, points, strict=True)):
+        g = d.job.num_gpus
+        for p, w in pts:
+            cpu_row[k] = p.cpus * g
+            mem_row[k] = p.mem_gb * g
+            # eq. 8, minus the tie-breaking resource cost; eq. 12 holds by construction of
+            # the points (none below the proportional throughput, which is always one)
+            objective[k] = -(w - _TIE_COST * (cpu_row[k] / cap_cpus + mem_row[k] / cap_mem))
+            rows.append(j)
+            cols.append(k)
+            k += 1
+    one_each = coo_matrix((np.ones(n_vars), (rows, cols)), shape=(len(points), n_vars))
+    constraints = [
+        LinearConstraint(np.vstack([cpu_row, mem_row]), -np.inf, [cap_cpus, cap_mem]),  # eqs. 9, 10
+        LinearConstraint(one_each, 1, 1),  # eq. 11
+    ]
+    result = milp(objective, constraints=constraints, integrality=np.ones(n_vars), bounds=Bounds(0, 1))
+    if result.x is None:  # the proportional allocation is always feasible; keep it on failure
+        return [proportional_per_gpu(nodes) for _ in rnd.demands]
+    shares, k = [], 0
+    for pts in points:
+        picked = int(np.argmax(result.x[k : k + len(pts)]))
+        shares.append(pts[picked][0])
+        k += len(pts)
+    return shares
+
+
+def spread_over_servers(rnd: Round, chosen: dict[str, PerGpu]) -> dict[str, Counts]:
+    """The LP (15-19): whole jobs per server; fractional jobs are left out of the result."""
+    pool = rnd.pool
+    servers = [n for n in pool.nodes if pool.free_gpus[n.name] or pool.reserved]
+    index = {n.name: i for i, n in enumerate(servers)}
+    var: list[tuple[int, int]] = []  # (server, job)
+    cost: list[float] = []
+    for j, d in enumerate(rnd.demands):
+        fixed = pool.reserved_counts(d.job.id)
+        home = {n for n, _ in fixed} if fixed else set(d.base.nodes)
+        for i, n in enumerate(servers):
+            if d.job.gpu_type in (None, n.gpu_type):
+                var.append((i, j))
+                cost.append(0.0 if n.name in home else float(d.job.num_gpus))
+    if not var:
+        return {}
+    n_vars = len(var)
+    gpu_cap = np.zeros(len(servers))
+    for n in servers:  # reserved GPUs belong to the jobs in this LP
+        gpu_cap[index[n.name]] = len(pool.free_gpus[n.name])
+    for slots in pool.reserved.values():
+        for node, _ in slots:
+            gpu_cap[index[node]] += 1
+    ub_rows: list[int] = []
+    ub_cols: list[int] = []
+    ub_vals: list[float] = []
+    b_ub = np.concatenate(
+        [gpu_cap, [pool.free_cpus[n.name] for n in servers], [pool.free_mem[n.name] for n in servers]]
+    )
+    s = len(servers)
+    for k, (i, j) in enumerate(var):
+        d = rnd.demands[j]
+        g = d.job.num_gpus
+        share = chosen[d.job.id]
+        ub_rows += [i, s + i, 2 * s + i]
+        ub_cols += [k, k, k]
+        ub_vals += [g, share.cpus * g, share.mem_gb * g]  # eqs. 15, 16, 17
+    a_ub = coo_matrix((ub_vals, (ub_rows, ub_cols)), shape=(3 * s, n_vars)).tocsr()
+    # eq. 18 with equality: a job is allocated exactly once
+    a_eq = coo_matrix(
+        (np.ones(n_vars), ([j for _, j in var], range(n_vars))), shape=(len(rnd.demands), n_vars)
+    )
+    result = linprog(
+        cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq.tocsr(), b_eq=np.ones(len(rnd.demands)), method="highs-ds"
+    )
+    if result.x is None:
+        return {}
+    whole: dict[str, Counts] = {}
+    for k, (i, j) in enumerate(var):
+        if result.x[k] > 1 - 1e-6:
+            d = rnd.demands[j]
+            server = servers[i]
+            if d.job.num_gpus <= server.gpus:
+                whole[d.job.id] = ((server.name, d.job.num_gpus),)
+    return whole
+
+
+def fragmented(rnd: Round, chosen: dict[str, PerGpu]) -> int:
+    """How many runnable jobs the second LP splits across servers (Theorem A.2: at most 3s)."""
+    return len(rnd.demands) - len(spread_over_servers(rnd, chosen))

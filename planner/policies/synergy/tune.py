@@ -1,0 +1,118 @@
+"""Synergy-Tune (§4.2): near-optimal multi-resource packing that never hurts a job.
+
+The runnable set is fixed by GPU demand alone (the placement stage), so GPUs are never
+left idle for want of CPUs or memory. Jobs are packed in decreasing order of GPU, CPU
+and memory demand, each on the server that fits its whole demand vector most tightly.
+When a job does not fit:
+
+1. if it asks for more than its GPU-proportional share, it is switched to that share
+   and tried again;
+2. otherwise (or if it still does not fit) it goes to the server that best fits its
+   GPUs alone, and peers there holding more than their proportional share are switched
+   back to it, most generous first, until the job fits. Because every job then holds
+   at most its proportional share, it always does.
+
+So no job ever runs slower than under GPU-proportional allocation (the invariant the
+tests check), and at worst every job gets exactly that allocation.
+
+Running jobs keep their GPUs (§4.3's lease renewal). If re-packing the new jobs'
+GPUs in this order ever fails where the placement stage succeeded (it can, for jobs
+spanning servers), the round is tuned on the placement's GPUs instead.
+"""
+
+from __future__ import annotations
+
+from planner.policies.synergy.base import (
+    Demand,
+    Round,
+    SynergyShaping,
+    candidates,
+    commit,
+    place_at,
+    wished,
+)
+from planner.policies.synergy.demand import PerGpu, proportional_per_gpu
+from planner.policies.synergy.pool import Counts, Pool
+from planner.stages import SHAPINGS
+
+
+def proportional(d: Demand, prop: PerGpu) -> PerGpu:
+    return prop
+
+
+@SHAPINGS.register("tune")
+class TuneShaping(SynergyShaping):
+    """Synergy-Tune: best-fit packing with a proportional-share floor for every job."""
+
+    component = "tune"
+
+    def allocate(self, rnd: Round) -> None:
+        everywhere = proportional_per_gpu(rnd.pool.nodes) if rnd.pool.nodes else PerGpu(0, 0.0)
+        order = sorted(
+            enumerate(rnd.demands),
+            key=lambda kd: (-kd[1].job.num_gpus, *_negated(kd[1].wish(everywhere)), kd[0]),
+        )
+        for _, d in order:
+            if not self.place(rnd, d):
+                self._on_placement_gpus(rnd)
+                return
+
+    def place(self, rnd: Round, d: Demand) -> bool:
+        spot = place_at(rnd, d, wished) or place_at(rnd, d, proportional)
+        if spot is not None:
+            commit(rnd, d, *spot)
+            return True
+        counts = _tightest_gpus(rnd, d)
+        if counts is None:
+            return False
+        prop = rnd.prop(counts)
+        wish = d.wish(prop)
+        share = prop if wish.exceeds(prop) else wish
+        _free_up(rnd, counts, share)
+        if not rnd.pool.fits(counts, share):  # pragma: no cover - impossible by construction
+            return False
+        commit(rnd, d, counts, share)
+        return True
+
+    def _on_placement_gpus(self, rnd: Round) -> None:
+        """Start over with every job on the GPUs the placement stage gave it."""
+        again = Round(rnd.snapshot, rnd.demands, Pool(rnd.snapshot.nodes))
+        for d in rnd.demands:
+            again.pool.reserve(d.job.id, d.base.gpus)
+        for d in sorted(rnd.demands, key=lambda d: (-d.job.num_gpus, d.job.id)):
+            self.place(again, d)
+        rnd.pool = again.pool
+
+
+def _negated(share: PerGpu) -> tuple[int, float]:
+    return -share.cpus, -share.mem_gb
+
+
+def _tightest_gpus(rnd: Round, d: Demand) -> Counts | None:
+    """The node set that fits ``d``'s GPUs with the fewest GPUs to spare."""
+    options = candidates(rnd, d)
+    if not options:
+        return None
+    free = rnd.pool.free_gpus
+    return min(
+        options, key=lambda c: (sum(len(free[n]) - g for n, g in c), [rnd.pool.order[n] for n, _ in c])
+    )
+
+
+def _free_up(rnd: Round, counts: Counts, share: PerGpu) -> None:
+    """Switch peers above their proportional share back to it until ``share`` fits."""
+    demands = {d.job.id: d for d in rnd.demands}
+    for node, g in counts:
+        peers = []
+        for job_id in rnd.pool.jobs_on(node):
+            held = rnd.pool.held[job_id]
+            prop = rnd.prop(held.counts)
+            if held.share.exceeds(prop):
+                excess = (held.share.cpus - prop.cpus) / max(prop.cpus, 1) + (
+                    held.share.mem_gb - prop.mem_gb
+                ) / max(prop.mem_gb, 1e-9)
+                peers.append((-excess, job_id, prop))
+        for _, job_id, prop in sorted(peers):
+            if rnd.pool.fits(((node, g),), share):
+                break
+            rnd.pool.reshare(job_id, demands[job_id].fair(rnd.pool.held[job_id].share, prop))

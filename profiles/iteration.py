@@ -32,8 +32,10 @@ from scipy.optimize import least_squares
 
 from profiles.schema import Profile
 
-MICRO_BATCH_KEY = "micro_batch_size"
-ACCUM_STEPS_KEY = "grad_accum_steps"
+# The execution-plan keys mosaic-run renders (planner/execplan.py): per-worker batch of one
+# forward/backward pass, and how many of them make one optimizer step.
+MICRO_BATCH_KEY = "micro_batch"
+ACCUM_STEPS_KEY = "grad_accum"
 GA_KEYS = (MICRO_BATCH_KEY, ACCUM_STEPS_KEY)
 _MIN_POINTS = 3
 

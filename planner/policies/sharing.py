@@ -20,7 +20,7 @@ running jobs keep their GPUs and plans, and the ``shared-consolidated`` placemen
 keeps a sharing pair together from round to round.
 
 The new job's micro-batch and accumulation steps go into its plan
-(``micro_batch_size`` x ``grad_accum_steps`` = its per-GPU batch, so the global batch
+(``micro_batch`` x ``grad_accum`` = its per-GPU batch, so the global batch
 is unchanged, §IV-A4); the running job's plan never changes. Jobs that are
 ``guaranteed`` or have a deadline never share (as in Tesserae's packing).
 

@@ -16,7 +16,7 @@ one). A job advances ``dt * speed`` seconds of that work in ``dt`` seconds, wher
   GPUs with several jobs runs at the pace of its slowest GPU (gang-scheduled workers
   wait for each other), so the worst partner counts; ``interference`` injects one ξ for
   every pair (SJF-BSBF Figure 6(b));
-* gradient accumulation in the plan (``micro_batch_size`` x ``grad_accum_steps``): the
+* gradient accumulation in the plan (``micro_batch`` x ``grad_accum``): the
   update takes longer by the fitted iteration-time model's ratio (SJF-BSBF Eq. 7,
   :mod:`profiles.iteration`).
 """

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from planner import plan_round
 from planner.config import build_scheduler, preset
 from planner.errors import ConfigError
+from planner.execplan import plan_from_mapping, resolve
 from planner.model import JobState, Outcome
 from planner.policies.common import remaining_estimate_s
 from planner.sharing import best_setting
@@ -89,6 +90,9 @@ def test_a_job_that_does_not_fit_beside_the_host_at_full_batch_runs_with_accumul
     micro, steps = accumulation_of(a.plan)
     assert micro * steps == 128 and micro <= 64 and a.shares_with == ("lm",)
     assert plan.assignments["lm"].plan is None  # the running job's batch is never changed
+    # The plan is one mosaic-run renders: valid, and the global batch is unchanged.
+    resolved = resolve(plan_from_mapping(a.plan), workers=1, global_batch=128)
+    assert (resolved.micro_batch, resolved.grad_accum) == (micro, steps)
 
 
 def test_a_job_that_fits_a_node_never_shares_across_nodes():

@@ -62,8 +62,10 @@ def parse_plan_document(document: Any, source: str) -> JobPlan:
     fmt = f.req_str("format")
     if fmt != FORMAT:
         f.fail_key("format", f"expected '{FORMAT}', got '{fmt}' (written by a newer or older Mosaic?)")
+    if not f.has("assignment"):
+        f.fail("missing required key 'assignment'")
     try:
-        assignment = assignment_from_json(f.data.get("assignment"), f"{source}: assignment")
+        assignment = assignment_from_json(f.data["assignment"], f"{source}: assignment")
     except SnapshotError as e:
         raise PlanFileError(str(e)) from e
     return JobPlan(

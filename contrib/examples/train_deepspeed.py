@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import deepspeed
@@ -33,6 +34,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint-every", type=int, default=0)
     parser.add_argument("--loss-log")
+    parser.add_argument("--step-sleep", type=float, default=0.0)
+    parser.add_argument(
+        "--no-universal-info",
+        action="store_true",
+        help="save as a plain client would (cannot change DP size)",
+    )
     args = parser.parse_args()
 
     rt = runtime.current()
@@ -70,10 +77,13 @@ def main() -> None:
             with open(args.loss_log, "a", encoding="utf-8") as f:
                 f.write(json.dumps({"step": step + 1, "loss": mean_loss, "world_size": rt.world_size}) + "\n")
         rt.report(step + 1, samples=(step + 1) * global_batch, loss=mean_loss)
+        if args.step_sleep:
+            time.sleep(args.step_sleep)
         stop = rt.should_checkpoint()
         if stop or (args.checkpoint_every and (step + 1) % args.checkpoint_every == 0):
             save_dir, tag = rt.deepspeed_tag(step + 1)
-            engine.save_checkpoint(save_dir, tag=tag, client_state=rt.deepspeed_client_state())
+            client_state = {} if args.no_universal_info else rt.deepspeed_client_state()
+            engine.save_checkpoint(save_dir, tag=tag, client_state=client_state)
             rt.mark_complete(Path(save_dir) / tag, step + 1, "deepspeed", extra={"loss": mean_loss})
         if stop:
             break

@@ -59,7 +59,7 @@ def run_job(tmp_path, job_id, workers, *train_args, signal_after=None, grace="20
             assert time.monotonic() < deadline, "training made no progress"
             time.sleep(0.05)
         proc.send_signal(signal.SIGUSR1)
-    out, err = proc.communicate(timeout=300)
+    _, err = proc.communicate(timeout=300)
     return (
         proc.returncode,
         err,

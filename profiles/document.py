@@ -11,6 +11,7 @@ from typing import Any
 
 from planner.errors import ProfileError
 from planner.fields import Fields, json_document
+from profiles.optimistic import CacheModel, optimistic_matrix
 from profiles.schema import ColocationEntry, Profile, SensitivityMatrix, ThroughputKey, plan_key
 
 FORMAT = "mosaic-profiles/1"
@@ -20,6 +21,7 @@ _MODEL_KEYS = (
     "batch_size",
     "throughput",
     "sensitivity",
+    "optimistic",
     "ideal_cpus_per_gpu",
     "ideal_mem_gb_per_gpu",
     "colocation",
@@ -77,6 +79,13 @@ def _profile(name: str, raw: Any, where: str) -> Profile:
     raw_sens = f.opt_object("sensitivity")
     if raw_sens is not None:
         sensitivity = _sensitivity(Fields(raw_sens, f"{where}: sensitivity", ProfileError))
+    raw_optimistic = f.opt_object("optimistic")
+    if raw_optimistic is not None:
+        if sensitivity is not None:
+            f.fail_key(
+                "optimistic", "give either 'sensitivity' (a measured matrix) or 'optimistic', not both"
+            )
+        sensitivity = _optimistic(Fields(raw_optimistic, f"{where}: optimistic", ProfileError))
     colocation = []
     for i, pair in enumerate(f.data.get("colocation", [])):
         c = Fields(pair, f"{where}: colocation[{i}]", ProfileError)
@@ -137,3 +146,51 @@ def _sensitivity(f: Fields) -> SensitivityMatrix:
             f.fail_key("throughput", f"row {i} must hold positive numbers, got {row!r}")
         values.append(tuple(float(v) for v in row))
     return SensitivityMatrix(rows, cols, tuple(values))
+
+
+# Synergy's grid (its simulator's rows and columns) and reference allocation: 3 CPUs and
+# 62.5 GB per GPU, the GPU-proportional share of its 8-GPU, 24-CPU, 500 GB servers.
+SYNERGY_CPUS_PER_GPU = (1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 9.0, 12.0, 24.0)
+SYNERGY_MEM_GB_PER_GPU = (20.83, 62.5, 125.0, 187.5, 250.0)
+_OPTIMISTIC_KEYS = (
+    "cpu_samples_per_s",
+    "dataset_gb",
+    "sample_kb",
+    "storage_mb_per_s_per_gpu",
+    "working_set_gb_per_gpu",
+    "gpus",
+    "cpus_per_gpu",
+    "mem_gb_per_gpu",
+    "reference",
+)
+
+
+def _optimistic(f: Fields) -> SensitivityMatrix:
+    """A matrix from CPU measurements at full memory plus the cache model (Synergy §3.1)."""
+    f.only(_OPTIMISTIC_KEYS)
+    raw_points = f.opt_object("cpu_samples_per_s")
+    if not raw_points:
+        f.fail("missing required key 'cpu_samples_per_s' (samples/s per GPU by CPU count)")
+    points: dict[int, float] = {}
+    for key, value in raw_points.items():
+        if not str(key).isdigit() or int(key) < 1:
+            f.fail_key("cpu_samples_per_s", f"keys are CPU counts >= 1, got {key!r}")
+        if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+            f.fail_key("cpu_samples_per_s", f"value at {key} CPUs must be a positive number, got {value!r}")
+        points[int(key)] = float(value)
+    cache = CacheModel(
+        dataset_gb=f.req_float("dataset_gb", minimum=0.0),
+        sample_kb=f.req_float("sample_kb", minimum=0.0),
+        storage_mb_per_s_per_gpu=f.req_float("storage_mb_per_s_per_gpu", minimum=0.0),
+        working_set_gb_per_gpu=f.opt_float("working_set_gb_per_gpu", minimum=0.0) or 0.0,
+        gpus=f.opt_int("gpus", minimum=1) or 1,
+    )
+    rows = _axis(f, "cpus_per_gpu") if f.has("cpus_per_gpu") else SYNERGY_CPUS_PER_GPU
+    cols = _axis(f, "mem_gb_per_gpu") if f.has("mem_gb_per_gpu") else SYNERGY_MEM_GB_PER_GPU
+    reference = (3.0, 62.5)
+    if f.has("reference"):
+        ref = f.req_list("reference")
+        if len(ref) != 2 or not all(isinstance(v, int | float) and v > 0 for v in ref):
+            f.fail_key("reference", f"expected [cpus_per_gpu, mem_gb_per_gpu], got {ref!r}")
+        reference = (float(ref[0]), float(ref[1]))
+    return optimistic_matrix(points, cache, rows, cols, reference)

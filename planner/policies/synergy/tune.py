@@ -48,9 +48,11 @@ class TuneShaping(SynergyShaping):
 
     def allocate(self, rnd: Round) -> None:
         everywhere = proportional_per_gpu(rnd.pool.nodes) if rnd.pool.nodes else PerGpu(0, 0.0)
+        # Running jobs first (their GPUs are fixed, and going first keeps their share
+        # unless a new job needs it back), then by GPU, CPU and memory demand (§4.2).
         order = sorted(
             enumerate(rnd.demands),
-            key=lambda kd: (-kd[1].job.num_gpus, *_negated(kd[1].wish(everywhere)), kd[0]),
+            key=lambda kd: (not kd[1].kept, -kd[1].job.num_gpus, *_negated(kd[1].wish(everywhere)), kd[0]),
         )
         for _, d in order:
             if not self.place(rnd, d):

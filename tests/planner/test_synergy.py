@@ -204,3 +204,18 @@ def test_static_demand_mechanisms_only_drop_jobs(snapshot: Snapshot) -> None:
     for preset in ("synergy-greedy", "drf", "tetris"):
         result = plan(snapshot, preset)
         assert set(result.assignments) <= set(placed.assignments)
+
+
+# -- simulator: progress at W_j of the actual allocation (§3.1, item 5) --------------------------
+def test_simulated_job_runs_at_its_matrix_speed_for_the_share_it_gets() -> None:
+    from planner.sim import SimConfig, simulate
+    from tests.builders import trace_job
+
+    trace = [trace_job(1, duration=36_000.0, model="alexnet")]
+    jct = {}
+    for preset in ("synergy-proportional", "synergy-tune"):
+        result = simulate(servers(1), trace, scheduler(preset), SimConfig(), profiles=profiles())
+        jct[preset] = result.records[0].jct_s
+    # proportional: 3 CPUs and 62.5 GB per GPU, W = 1.0; tune: 12 CPUs and 125 GB, W = 2.94
+    assert jct["synergy-proportional"] == pytest.approx(36_000.0)
+    assert jct["synergy-tune"] == pytest.approx(36_000.0 / 2.94)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from planner.errors import MosaicError
 from planner.model import Assignment
 from slurm_plugin import planfile
 from slurm_plugin.controller.config import ControllerConfig
@@ -83,7 +84,7 @@ def diff(obs: Observation, assignments: Mapping[str, Assignment], round_id: int)
         job = by_id.get(job_id)
         target = assignments.get(job_id)
         current = job.assignment if job is not None else None
-        if sj.state == "RUNNING" and current is not None:
+        if current is not None:
             if target is None:
                 stops.append(Action(Kind.STOP, job_id, request_id(round_id, Kind.STOP, job_id), "preempted"))
             elif slurm_shape(current) != slurm_shape(target) or (current.plan or None) != (
@@ -94,11 +95,11 @@ def diff(obs: Observation, assignments: Mapping[str, Assignment], round_id: int)
                 starts.append(
                     Action(Kind.START, job_id, request_id(round_id, Kind.START, job_id), why, target)
                 )
-        elif sj.state in {"PENDING", "COMPLETING"}:
+        elif sj.state == "PENDING":
             if target is not None:
                 rid = request_id(round_id, Kind.START, job_id)
                 starts.append(Action(Kind.START, job_id, rid, "placed", target))
-            elif sj.state == "PENDING" and not sj.held:
+            elif not sj.held:
                 holds.append(Action(Kind.HOLD, job_id, request_id(round_id, Kind.HOLD, job_id), "waits"))
     return stops + starts + holds
 
@@ -303,7 +304,6 @@ class Actuator:
         if not starts:
             return
         states = self._states()
-        released: list[Action] = []
         for a in starts:
             assert a.assignment is not None
             sj = states.get(a.job_id)
@@ -321,21 +321,12 @@ class Actuator:
             try:
                 planfile.write_plan(self.config.spool_dir, a.job_id, version, a.assignment)
                 self.client.update([a.job_id], start_fields(a.assignment, self._audit_text(a, round_id)))
-            except (SlurmError, OSError) as e:
-                self._skip(a, round_id, result, f"update failed: {e}", failed=True)
+                # One release per job: a crash between two starts leaves each job either
+                # started (and logged) or untouched, so re-applying the round is exact.
+                self.client.release([a.job_id])
+            except (MosaicError, OSError) as e:
+                self._skip(a, round_id, result, f"start failed: {e}", failed=True)
                 continue
-            released.append(a)
-        if released:
-            try:
-                self.client.release([a.job_id for a in released])
-            except SlurmError:
-                for a in list(released):
-                    try:
-                        self.client.release([a.job_id])
-                    except SlurmError as e:
-                        released.remove(a)
-                        self._skip(a, round_id, result, f"release failed: {e}", failed=True)
-        for a in released:
             self._done(a, round_id, result)
 
     # -- hold -------------------------------------------------------------------------

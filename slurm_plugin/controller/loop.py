@@ -153,6 +153,7 @@ class Controller:
         self.clock = clock
         self.observer = Observer(client, store, config, clock)
         self.actuator = actuator or Actuator(client, store, config, clock=clock)
+        self._round_in_progress: int | None = None
 
     def observe(self) -> Observation:
         return self.observer.observe()
@@ -160,14 +161,23 @@ class Controller:
     def tick(self, dry_run: bool = False) -> TickReport:
         started = time.perf_counter()
         now = self.clock()
+        self._round_in_progress = None
         try:
             report = self._tick(now, dry_run)
         except SlurmError as e:
-            log.error("tick at %.0f: Slurm unavailable, no action taken: %s", now, e)
-            report = TickReport(now, ok=False, error=str(e))
+            round_id = self._in_progress()
+            if round_id is None:
+                log.error("tick at %.0f: Slurm unavailable, no action taken: %s", now, e)
+            else:
+                log.error("round %d left half-applied (completed next tick): %s", round_id, e)
+            report = TickReport(now, ok=False, round_id=round_id, error=str(e))
         self.store.log_tick(now, report.ok, report.round_id, report.error, time.perf_counter() - started)
         self._write_metrics(report)
         return report
+
+    def _in_progress(self) -> int | None:
+        """The round being applied when the tick failed (set by :meth:`_tick`)."""
+        return self._round_in_progress
 
     def _tick(self, now: float, dry_run: bool) -> TickReport:
         obs = self.observe()
@@ -178,6 +188,7 @@ class Controller:
             # then plan afresh from the state it leads to.
             log.warning("completing round %d, left half-applied", unfinished.round_id)
             actions = diff(obs, _assignments(unfinished.plan), unfinished.round_id)
+            self._round_in_progress = unfinished.round_id
             result = self.actuator.apply(obs, actions, unfinished.round_id)
             self.store.finish_round(unfinished.round_id, result.count)
             completed = unfinished.round_id
@@ -192,6 +203,7 @@ class Controller:
         document = round_plan_to_json(plan)
         report.decision_time_s = plan.decision_time_s
         report.round_id = self.store.begin_round(now, document, dry_run=dry_run)
+        self._round_in_progress = None if dry_run else report.round_id
         actions = diff(obs, _managed_assignments(plan.assignments), report.round_id)
         report.actions = describe(actions)
         if dry_run:

@@ -27,7 +27,9 @@ from slurm_plugin.store import JobRecord
 OUTSIDE_PREFIX = "outside:"
 """Snapshot ids of jobs outside Mosaic's partitions (occupied capacity only)."""
 
-MANAGED_STATES = frozenset({"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED"})
+RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING"})
+IN_FLUX_STATES = frozenset({"COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "STOPPED"})
+"""A job in flux is skipped for one tick: it is about to be pending again or gone."""
 
 
 @dataclass(frozen=True)
@@ -87,11 +89,20 @@ def build_observation(
                         cpu_taken[node] = cpu_taken.get(node, 0) + sj.cpus // max(1, len(sj.nodes))
                         mem_taken[node] = mem_taken.get(node, 0.0) + (sj.memory_mb_per_node() or 0) / 1024
             continue
-        if sj.state not in MANAGED_STATES:
+        if sj.state in IN_FLUX_STATES:
+            continue
+        if sj.state != "PENDING" and sj.state not in RUNNING_STATES:
             finished.append(sj.id)
             continue
         if job_gpus(sj) == 0:
             continue  # a CPU-only job in a GPU partition: Slurm schedules it, Mosaic has no GPU plan for it
+        if sj.state in RUNNING_STATES and running_assignment(sj, usable) is None:
+            # Running on a node that is draining or down: let it finish there; what it holds
+            # on usable nodes stays occupied.
+            pinned = _outside_job(sj, usable, partial=True)
+            if pinned is not None:
+                jobs.append(pinned)
+            continue
         managed[sj.id] = sj
         plan = (current_plans or {}).get(sj.id)
         jobs.append(_managed_job(sj, records.get(sj.id), usable, config, now, plan))
@@ -125,7 +136,7 @@ def running_assignment(
     sj: SlurmJob, usable: Mapping[str, SlurmNode], plan: Mapping[str, Any] | None = None
 ) -> Assignment | None:
     """The allocation Slurm gave a running job, or ``None`` when it is not (fully) on usable nodes."""
-    if sj.state != "RUNNING" or not sj.nodes or any(n not in usable for n in sj.nodes):
+    if sj.state not in RUNNING_STATES or not sj.nodes or any(n not in usable for n in sj.nodes):
         return None
     by_node = dict(sj.gpu_indices)
     gpus: list[tuple[str, int]] = []
@@ -138,8 +149,18 @@ def running_assignment(
     return Assignment(gpus=tuple(gpus), cpus=sj.cpus, mem_gb=mem_gb, plan=plan)
 
 
-def _outside_job(sj: SlurmJob, usable: Mapping[str, SlurmNode]) -> Job | None:
+def _outside_job(sj: SlurmJob, usable: Mapping[str, SlurmNode], partial: bool = False) -> Job | None:
+    """A job Mosaic must not touch, as occupied capacity (``partial``: its usable nodes only)."""
     assignment = running_assignment(sj, usable)
+    if assignment is None and partial and sj.state in RUNNING_STATES:
+        kept = [n for n in sj.nodes if n in usable]
+        if kept:
+            by_node = dict(sj.gpu_indices)
+            gpus = tuple((n, k) for n in kept for k in by_node.get(n, ()))
+            share = len(kept) / max(1, len(sj.nodes))
+            mem = (sj.memory_mb_per_node() or 0) * len(kept) / 1024
+            if gpus:
+                assignment = Assignment(gpus=gpus, cpus=max(1, round(sj.cpus * share)), mem_gb=mem)
     if assignment is None:
         return None
     return Job(
@@ -184,7 +205,7 @@ def _managed_job(
         tenant=meta.get("tenant") if isinstance(meta.get("tenant"), str) else None,
         guaranteed=bool(meta.get("guaranteed", False)),
         deadline_s=sj.submit_time + deadline if deadline is not None else None,
-        gpu_type=meta.get("gpu_type") if isinstance(meta.get("gpu_type"), str) else None,
+        gpu_type=_requested_gpu_type(sj, meta, config),
         plan=meta.get("plan") if isinstance(meta.get("plan"), dict) else None,
         candidate_plans=tuple(p for p in plans if isinstance(p, dict)) if isinstance(plans, list) else (),
         restarts=sj.restarts,
@@ -198,3 +219,13 @@ def _positive(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         return None
     return float(value)
+
+
+def _requested_gpu_type(sj: SlurmJob, meta: Mapping[str, Any], config: ControllerConfig) -> str | None:
+    """``#MOSAIC --gpu-type``, else a GPU-type feature in the job's constraint (``-C v100``)."""
+    if isinstance(meta.get("gpu_type"), str):
+        return str(meta["gpu_type"]).lower()
+    for token in sj.features.replace("|", "&").replace(",", "&").split("&"):
+        if token.strip().lower() in config.gpu_types:
+            return token.strip().lower()
+    return None

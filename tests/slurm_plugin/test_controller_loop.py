@@ -1,0 +1,152 @@
+"""The controller's tick and loop against a fake Slurm (failures, safety, rate limits, config)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from planner.config import build_scheduler, preset
+from planner.errors import ConfigError
+from slurm_plugin.controller.actuate import Action, Actuator, Kind
+from slurm_plugin.controller.config import ControllerConfig, controller_config
+from slurm_plugin.controller.loop import Controller
+from slurm_plugin.controller.observe import build_observation
+from slurm_plugin.slurm.parse import parse_sinfo_json, parse_squeue_json
+from slurm_plugin.slurm.runner import SlurmCommandError
+from slurm_plugin.store import Store
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+
+
+class FakeSlurm:
+    """Serves the captured squeue/sinfo output and records every change asked of it."""
+
+    def __init__(self) -> None:
+        self._jobs = parse_squeue_json((DATA / "squeue.json").read_text())
+        self._nodes = parse_sinfo_json((DATA / "sinfo.json").read_text())
+        self.down = False
+        self.calls: list[tuple[str, tuple[str, ...]]] = []
+
+    def _check(self, name: str) -> None:
+        if self.down:
+            raise SlurmCommandError([name], 1, "slurm_load_jobs error: Unable to contact slurm controller")
+
+    def jobs(self):
+        self._check("squeue")
+        return list(self._jobs)
+
+    def nodes(self):
+        self._check("sinfo")
+        return list(self._nodes)
+
+    def update(self, job_ids, fields):
+        self.calls.append(("update", tuple(job_ids)))
+
+    def requeue_hold(self, job_ids):
+        self.calls.append(("requeuehold", tuple(job_ids)))
+        self._jobs = [replace(j, state="PENDING", priority=0) if j.id in job_ids else j for j in self._jobs]
+
+    def hold(self, job_ids):
+        self.calls.append(("hold", tuple(job_ids)))
+
+    def release(self, job_ids):
+        self.calls.append(("release", tuple(job_ids)))
+
+    def signal(self, job_id, name):
+        self.calls.append(("signal", (job_id,)))
+
+    def submit(self, script, extra, comment, env):
+        raise AssertionError("not used")
+
+    def sacct_runs(self, since, until):
+        return []
+
+
+@pytest.fixture
+def setup(tmp_path):
+    config = ControllerConfig(spool_dir=tmp_path, checkpoint_grace_s=0.0, stop_timeout_s=0.1)
+    slurm = FakeSlurm()
+    store = Store(config.store_path)
+    return config, slurm, store
+
+
+def _controller(config, slurm, store, name="las"):
+    return Controller(slurm, store, config, build_scheduler(preset(name)))
+
+
+def test_slurm_unreachable_means_no_action_and_no_round(setup):
+    config, slurm, store = setup
+    slurm.down = True
+    report = _controller(config, slurm, store).tick()
+    assert not report.ok and "Unable to contact" in (report.error or "") and report.round_id is None
+    assert slurm.calls == [] and store.rounds() == [] and store.tick_counts() == (1, 1)
+    assert "mosaic_tick_failures_total 1" in (config.spool_dir / "metrics.prom").read_text()
+
+
+def test_no_usable_node_never_turns_into_a_mass_requeue(setup):
+    config, slurm, store = setup
+    slurm._nodes = [replace(n, state="down") for n in slurm._nodes]
+    report = _controller(config, slurm, store).tick()
+    # Jobs running on nodes Slurm calls down are left to Slurm: none is stopped or started.
+    assert report.actions == [] and slurm.calls == []
+    slurm._nodes = []  # sinfo answering with nothing is no different
+    assert _controller(config, slurm, store).tick().actions == [] and slurm.calls == []
+
+
+def test_dry_run_plans_but_changes_nothing(setup):
+    config, slurm, store = setup
+    report = _controller(config, slurm, store).tick(dry_run=True)
+    assert report.ok and report.actions and slurm.calls == []
+    assert store.unfinished_round() is None and store.rounds()[0].status == "dry-run"
+
+
+def test_a_tick_plans_and_applies(setup):
+    config, slurm, store = setup
+    report = _controller(config, slurm, store, "fifo").tick()
+    assert report.ok and report.round_id is not None
+    released = {ids for kind, ids in slurm.calls if kind == "release"}
+    assert released and all(len(ids) == 1 for ids in released)
+    assert store.unfinished_round() is None
+    # New jobs were recorded with their original GPU request.
+    assert store.job("2").num_gpus == 1  # type: ignore[union-attr]
+
+
+def test_the_loop_survives_a_failing_tick(setup, monkeypatch):
+    config, slurm, store = setup
+    controller = _controller(config, slurm, store)
+    calls = []
+
+    def boom(dry_run=False):
+        calls.append(1)
+        raise RuntimeError("a bug in one tick")
+
+    monkeypatch.setattr(controller, "tick", boom)
+    controller.run_forever(sleep=lambda s: None, ticks=3)
+    assert len(calls) == 3 and store.tick_counts() == (3, 3)
+
+
+def test_restart_rate_limit_keeps_a_job_running(setup):
+    config, slurm, store = setup
+    config = replace(config, max_restarts_per_hour=2)
+    for k in range(2):
+        store.log_action(f"r{k}-stop-1", k, "1", "stop", "done", "preempted", 1e12 - 10)
+    obs = build_observation(1e12, slurm.jobs(), slurm.nodes(), {}, config)
+    actuator = Actuator(slurm, store, config, clock=lambda: 1e12)
+    result = actuator.apply(obs, [Action(Kind.STOP, "1", "r9-stop-1", "preempted")], 9)
+    assert result.done == [] and result.skipped[0][1].startswith("rate limit: 2 restarts")
+    assert slurm.calls == []
+
+
+def test_controller_config_rejects_unknown_keys_and_bad_values():
+    with pytest.raises(ConfigError, match=r"unknown key 'round'; valid keys: partitions, spool_dir, round_s"):
+        controller_config({"round": 60})
+    with pytest.raises(ConfigError, match="round_s: expected a positive number"):
+        controller_config({"round_s": 0})
+    with pytest.raises(ConfigError, match="partitions: expected a non-empty list"):
+        controller_config({"partitions": []})
+    with pytest.raises(ConfigError, match="not a signal name"):
+        controller_config({"checkpoint_signal": "USR1;rm"})
+    config = controller_config({"spool_dir": "/srv/m", "max_restarts_per_hour": 3}, round_s=30)
+    assert config.spool_dir == Path("/srv/m") and config.round_s == 30.0 and config.max_restarts_per_hour == 3

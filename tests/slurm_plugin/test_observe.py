@@ -1,0 +1,105 @@
+"""Slurm's view -> the planner's Snapshot, on real captured output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner import plan_round
+from planner.codec import snapshot_from_json, snapshot_to_json
+from planner.config import build_scheduler, preset
+from planner.model import JobState
+from slurm_plugin.controller.config import ControllerConfig
+from slurm_plugin.controller.observe import OUTSIDE_PREFIX, build_observation
+from slurm_plugin.slurm.parse import parse_sinfo_json, parse_squeue_json
+from slurm_plugin.store import JobRecord
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+CONFIG = ControllerConfig(partitions=("gpu",))
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    return (
+        parse_squeue_json((DATA / "squeue.json").read_text()),
+        parse_sinfo_json((DATA / "sinfo.json").read_text()),
+    )
+
+
+def _record(job_id, **kw):
+    values = dict(
+        job_id=job_id, num_gpus=2, meta={}, attained_gpu_s=0.0, progress=None, accounted_until_s=None,
+        pending_since_s=None, policy_state=None, plan_version=0, first_seen_s=0.0, finished_s=None,
+    )  # fmt: skip
+    values.update(kw)
+    return JobRecord(**values)
+
+
+def test_drained_and_down_nodes_are_not_capacity(slurm):
+    obs = build_observation(2e9, *slurm, {}, CONFIG)
+    assert [(n.name, n.gpus, n.gpu_type) for n in obs.snapshot.nodes] == [
+        ("n1", 4, "a100"),
+        ("n2", 4, "a100"),
+    ]
+    assert set(obs.nodes) == {"n1", "n2"}
+
+
+def test_running_job_carries_its_real_allocation(slurm):
+    obs = build_observation(2e9, *slurm, {}, CONFIG)
+    job = next(j for j in obs.snapshot.jobs if j.id == "1")
+    assert job.state is JobState.RUNNING and job.model == "unknown"
+    assert job.assignment is not None
+    assert job.assignment.gpus == (("n1", 1), ("n1", 2))
+    assert (job.assignment.cpus, job.assignment.mem_gb) == (4, 8.0)
+
+
+def test_outside_job_is_pinned_occupied_capacity(slurm):
+    obs = build_observation(2e9, *slurm, {}, CONFIG)
+    ghost = next(j for j in obs.snapshot.jobs if j.id == OUTSIDE_PREFIX + "5")
+    assert ghost.is_running and not ghost.preemptible and ghost.guaranteed
+    assert ghost.assignment.gpus == (("n1", 0),)  # type: ignore[union-attr]
+    assert "5" not in obs.managed
+
+
+def test_job_running_on_a_drained_node_is_left_to_finish(slurm):
+    obs = build_observation(2e9, *slurm, {}, CONFIG)
+    pinned = next(j for j in obs.snapshot.jobs if j.id == OUTSIDE_PREFIX + "7")
+    assert pinned.assignment.gpus == (("n2", 1),)  # type: ignore[union-attr]  # n4 is drained
+    assert "7" not in obs.managed
+
+
+def test_pending_held_requeued_and_bad_jobs_are_planned_and_completing_is_skipped(slurm):
+    obs = build_observation(2e9, *slurm, {}, CONFIG)
+    assert sorted(obs.managed) == ["1", "2", "3", "4"]
+    by_id = {j.id: j for j in obs.snapshot.jobs}
+    assert by_id["3"].gpu_type == "v100"  # from its -C v100 constraint
+    assert by_id["3"].restarts == 1 and by_id["4"].num_gpus == 5
+    assert "6" not in by_id  # COMPLETING: decided next tick
+
+
+def test_store_records_override_the_request_and_supply_service(slurm):
+    records = {
+        "2": _record("2", num_gpus=1, meta={"model": "resnet50", "duration_s": 100.0, "tenant": "t"},
+                     attained_gpu_s=30.0, progress=0.5, pending_since_s=1.5e9, policy_state={"queue": 1}),
+    }  # fmt: skip
+    obs = build_observation(2e9, *slurm, records, CONFIG)
+    job = next(j for j in obs.snapshot.jobs if j.id == "2")
+    assert (job.model, job.attained_gpu_s, job.progress, job.remaining_s) == ("resnet50", 30.0, 0.5, 50.0)
+    assert job.tenant == "t" and job.pending_since_s == 1.5e9 and job.policy_state == {"queue": 1}
+
+
+def test_snapshot_round_trips_through_the_json_contract_and_plans(slurm):
+    obs = build_observation(2e9, *slurm, {}, CONFIG)
+    document = snapshot_to_json(obs.snapshot)
+    assert snapshot_from_json(document) == obs.snapshot
+    plan = plan_round(obs.snapshot, build_scheduler(preset("las")))
+    # Outside capacity is never moved or stopped.
+    assert plan.assignments[OUTSIDE_PREFIX + "5"].gpus == (("n1", 0),)
+    used = [g for a in plan.assignments.values() for g in a.gpus]
+    assert len(used) == len(set(used))
+
+
+def test_unmanaged_partitions_are_configurable(slurm):
+    obs = build_observation(2e9, *slurm, {}, ControllerConfig(partitions=("gpu", "other")))
+    assert "5" in obs.managed and not any(j.id.startswith(OUTSIDE_PREFIX + "5") for j in obs.snapshot.jobs)

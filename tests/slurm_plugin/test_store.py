@@ -1,0 +1,69 @@
+"""The SQLite state store: what survives a controller restart."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from slurm_plugin.store import Store
+
+
+def test_jobs_keep_their_first_request_and_accounting(tmp_path):
+    store = Store(tmp_path / "m.db")
+    store.add_job("1", 2, {"model": "resnet50"}, now=100.0)
+    store.add_job("1", 8, {}, now=200.0)  # seen again after a resize: the first request stays
+    store.account({"1": (50.0, 0.25, 150.0, None)})
+    store.set_policy_state({"1": {"queue": 1}})
+    assert store.next_plan_version("1") == 1 and store.next_plan_version("1") == 2
+    store.close()
+    again = Store(tmp_path / "m.db")
+    job = again.job("1")
+    assert job is not None
+    assert (job.num_gpus, job.meta, job.attained_gpu_s, job.progress) == (
+        2,
+        {"model": "resnet50"},
+        50.0,
+        0.25,
+    )
+    assert job.policy_state == {"queue": 1} and job.plan_version == 2 and job.pending_since_s is None
+
+
+def test_a_round_left_applying_is_found_after_a_restart(tmp_path):
+    store = Store(tmp_path / "m.db")
+    done = store.begin_round(10.0, {"assignments": {}})
+    store.finish_round(done, 0)
+    crashed = store.begin_round(20.0, {"assignments": {"1": {}}})
+    store.begin_round(30.0, {"assignments": {}}, dry_run=True)  # dry runs are never "unfinished"
+    store.close()
+    again = Store(tmp_path / "m.db")
+    unfinished = again.unfinished_round()
+    assert (
+        unfinished is not None
+        and unfinished.round_id == crashed
+        and unfinished.plan == {"assignments": {"1": {}}}
+    )
+    again.finish_round(crashed, 1)
+    assert again.unfinished_round() is None and again.last_round().round_id == crashed  # type: ignore[union-attr]
+
+
+def test_action_log_is_keyed_by_request_id_and_counts_stops(tmp_path):
+    store = Store(tmp_path / "m.db")
+    store.log_action("r1-stop-7", 1, "7", "stop", "planned", "preempted", 1000.0)
+    store.log_action("r1-stop-7", 1, "7", "stop", "done", "preempted", 1001.0)  # same request: updated
+    store.log_action("r2-stop-7", 2, "7", "stop", "done", "moved", 2000.0)
+    store.log_action("r3-stop-7", 3, "7", "stop", "skipped", "rate limit", 3000.0)
+    assert store.action_status("r1-stop-7") == "done"
+    assert len(list(store.actions(1))) == 1
+    assert store.stops_since("7", 0.0) == 2 and store.stops_since("7", 1500.0) == 1
+
+
+def test_store_uses_wal_so_readers_do_not_block_the_controller(tmp_path):
+    Store(tmp_path / "m.db").close()
+    mode = sqlite3.connect(tmp_path / "m.db").execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+
+
+def test_ticks_are_counted(tmp_path):
+    store = Store(tmp_path / "m.db")
+    store.log_tick(1.0, True, 1, None, 0.1)
+    store.log_tick(2.0, False, None, "squeue timed out", 0.1)
+    assert store.tick_counts() == (2, 1)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from planner.errors import InputError
-from planner.execplan import PlanError, check_transition, plan_from_mapping, resolve
+from planner.execplan import PlanError, check_transition, plan_from_mapping, plan_to_mapping, resolve
 from wrapper import checkpoint, render, status
 from wrapper.deepspeed_resume import prepare_deepspeed_resume
 from wrapper.launch import TASK_SHIM, Supervisor, start_local, start_srun
@@ -163,6 +163,19 @@ def _run(args: argparse.Namespace, command: list[str], env: dict[str, str], job_
         workers,
         framework,
         f"resuming from {latest.path.name}" if latest is not None else "no checkpoint: starting fresh",
+    )
+    status.append_record(
+        status_dir / status.HEARTBEATS,
+        {
+            "event": "start",
+            "time": round(time.time(), 3),
+            "job_id": job_id,
+            "plan_version": version,
+            "step": latest.step if latest is not None else 0,
+            "world_size": workers,
+            "restarts": int(restarts) if restarts.isdigit() else 0,
+            "plan": plan_to_mapping(plan),
+        },
     )
     use_srun = args.launcher == "srun" or (
         args.launcher == "auto"

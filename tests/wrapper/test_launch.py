@@ -88,9 +88,11 @@ def test_each_rank_gets_the_plan_and_the_torch_distributed_environment(tmp_path)
     assert {e["MASTER_ADDR"] for e in envs} == {"127.0.0.1"} and {e["MASTER_PORT"] for e in envs} == {"20501"}
     plan = json.loads(envs[0]["MOSAIC_EXEC_PLAN"])
     assert plan == {"dp": 2, "zero_stage": 1, "micro_batch": 4, "grad_accum": 1, "global_batch": 8}
-    assert envs[0]["MOSAIC_PLAN_VERSION"] == "1" and envs[0]["MOSAIC_CHECKPOINT_DIR"] == str(
-        tmp_path / "ckpt"
-    )
+    assert envs[0]["MOSAIC_PLAN_VERSION"] == "1"
+    assert envs[0]["MOSAIC_CHECKPOINT_DIR"] == str(tmp_path / "ckpt")
+    (begun,) = planfile.read_heartbeats(spool, "501")  # mosaic-run's own record; the probe reports nothing
+    assert begun["event"] == "start" and begun["plan_version"] == 1 and begun["world_size"] == 2
+    assert begun["step"] == 0 and begun["plan"]["zero_stage"] == 1
 
 
 def test_output_is_appended_across_restarts(tmp_path):

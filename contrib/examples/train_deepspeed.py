@@ -76,7 +76,9 @@ def main() -> None:
         if rt.rank == 0 and args.loss_log:
             with open(args.loss_log, "a", encoding="utf-8") as f:
                 f.write(json.dumps({"step": step + 1, "loss": mean_loss, "world_size": rt.world_size}) + "\n")
-        rt.report(step + 1, samples=(step + 1) * global_batch, loss=mean_loss)
+        rt.report(
+            step + 1, samples=(step + 1) * global_batch, loss=mean_loss, progress=(step + 1) / args.steps
+        )
         if args.step_sleep:
             time.sleep(args.step_sleep)
         stop = rt.should_checkpoint()

@@ -14,6 +14,7 @@ from slurm_plugin.cli import (
     emulate_cmd,
     info_cmd,
     plan_cmd,
+    report_cmd,
     sim_cmd,
     testcluster_cmd,
     trace_cmd,
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     testcluster_cmd.add_parser(sub, common)
     controller_cmd.add_parsers(sub, common)
     emulate_cmd.add_parser(sub, common)
+    report_cmd.add_parser(sub, common)
     return parser
 
 

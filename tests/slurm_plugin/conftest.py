@@ -20,7 +20,7 @@ from slurm_plugin.testcluster.shapes import shape_named
 def _why_no_slurm() -> str | None:
     if os.geteuid() != 0:
         return "the live Slurm test cluster needs root (private munged, slurmd as root)"
-    missing = install.missing_programs(accounting=False)
+    missing = install.missing_programs(accounting=True)
     if missing:
         return f"Slurm is not installed (missing {', '.join(missing)}; run contrib/setup.sh as root)"
     return None
@@ -32,7 +32,8 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[lifecycl
     if why:
         pytest.skip(why)
     root = tmp_path_factory.mktemp("slurm") / "cluster"
-    cluster = lifecycle.up(shape_named("homogeneous"), root)
+    # With accounting (MariaDB + slurmdbd, ~4 s more) so that sacct and `mosaic report` work.
+    cluster = lifecycle.up(shape_named("homogeneous", accounting=True), root)
     try:
         yield cluster
     finally:

@@ -1,0 +1,68 @@
+"""``mosaic report`` on the real cluster's accounting: runs of requeued jobs, same summary keys as sim."""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from datetime import datetime
+
+from planner.metrics import SUMMARY_KEYS
+from slurm_plugin.cli.main import main
+from slurm_plugin.controller.actuate import Actuator, diff
+from slurm_plugin.slurm.backend import CliSlurm
+from slurm_plugin.store import Store
+from tests.slurm_plugin.live_helpers import (
+    config_for,
+    controller,
+    jobs,
+    submit_job,
+    wait_for,
+    wait_started,
+    write_script,
+)
+
+
+def test_report_counts_runs_restarts_and_finishes(live, tmp_path, capsys):
+    time.sleep(1.1)  # earlier tests' jobs ended before this second
+    since = datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
+    config = config_for(live, tmp_path / "spool")
+    short = submit_job(config, write_script(tmp_path, "short", 1, duration_s=20, time_scale=10))
+    stopped = submit_job(config, write_script(tmp_path, "stopped", 2, duration_s=30, time_scale=10))
+    ctl = controller(config)
+    ctl.tick()
+    wait_started(config, stopped)
+    time.sleep(1.0)
+    # Preempt one job by hand (an empty plan for it), then let the controller restart it.
+    obs = ctl.observe()
+    store = Store(config.store_path)
+    round_id = store.begin_round(time.time(), {"assignments": {}})
+    actions = [a for a in diff(obs, {}, round_id) if a.job_id == stopped]
+    assert len(Actuator(CliSlurm(config.slurm_env), store, config).apply(obs, actions, round_id).done) == 1
+    store.finish_round(round_id, 1)
+    ctl.tick()
+
+    def done() -> bool:
+        now = jobs(config)
+        return all(j in now and now[j].state == "COMPLETED" for j in (short, stopped))
+
+    wait_for("both jobs done", done, timeout_s=60)
+
+    def report() -> dict | None:
+        capsys.readouterr()
+        args = ["report", "--slurm-conf", str(live.layout.conf), "--spool", str(config.spool_dir)]
+        assert main([*args, "--since", since, "--format", "json", "--out", str(tmp_path / "out")]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        return doc if doc["summary"]["finished"] == 2 else None
+
+    doc = wait_for("sacct to record both jobs", report, timeout_s=30)
+    summary = doc["summary"]
+    assert set(SUMMARY_KEYS) <= set(summary) and summary["jobs"] == 2 and summary["gpus"] == 16
+    assert summary["restarts"] == 1 and summary["preemptions"] == 1
+    rows = {r["job_id"]: r for r in csv.DictReader((tmp_path / "out" / "jobs.csv").open())}
+    assert rows[short]["restarts"] == "0" and rows[stopped]["restarts"] == "1"
+    assert rows[stopped]["num_gpus"] == "2" and rows[stopped]["model"] == "resnet50"
+    assert float(rows[short]["jct_s"]) >= 2.0  # 20 emulated seconds at 10x
+    assert (tmp_path / "out" / "plot.png").stat().st_size > 1000
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["source"] == "sacct"
+    assert summary["rounds"] >= 2 and summary["decision_time_s_max"] is not None

@@ -30,6 +30,7 @@ from planner.execplan import PlanError, check_transition, plan_from_mapping, pla
 from wrapper import checkpoint, render, status
 from wrapper.deepspeed_resume import prepare_deepspeed_resume
 from wrapper.launch import TASK_SHIM, Supervisor, start_local, start_srun
+from wrapper.plandoc import JobPlan
 from wrapper.planfile import find_plan_file, read_plan_file
 
 log = logging.getLogger("mosaic-run")
@@ -104,10 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _run(args: argparse.Namespace, command: list[str], env: dict[str, str], job_plan: object) -> int:
-    from wrapper.plandoc import JobPlan
-
-    assert job_plan is None or isinstance(job_plan, JobPlan)
+def _run(args: argparse.Namespace, command: list[str], env: dict[str, str], job_plan: JobPlan | None) -> int:
     job_id = env.get("SLURM_JOB_ID") or "local"
     framework = args.framework or "torch"
     if job_plan is not None:
@@ -186,7 +184,6 @@ def _run(args: argparse.Namespace, command: list[str], env: dict[str, str], job_
     output = open(args.output, "ab") if args.output else None  # noqa: SIM115 - lives as long as the ranks
     try:
         if use_srun:
-            assert job_plan is not None or args.launcher == "srun"
             if job_plan is None:
                 raise PlanError("--launcher srun needs a plan file (the assignment names the nodes)")
             argv, hostfile = render.srun_argv(job_plan.assignment, [*TASK_SHIM, *command], output=args.output)

@@ -67,6 +67,14 @@ class SharingOptions:
         return cls(interference=value)
 
 
+@dataclass(frozen=True, slots=True)
+class PairOptions:
+    """A new job's micro-batches beside one host: all that fit, and those that can be best."""
+
+    fitting: tuple[SubBatchOption, ...]
+    contenders: tuple[SubBatchOption, ...]
+
+
 class PairModel:
     """What the stages know about a pair: ξ, accumulation slowdowns and Algorithm 2's options.
 
@@ -79,7 +87,7 @@ class PairModel:
         self.profiles = profiles
         self.interference = interference
         self.iteration = IterationModels()
-        self._options: dict[tuple[object, ...], tuple[SubBatchOption, ...]] = {}
+        self._options: dict[tuple[object, ...], PairOptions] = {}
 
     def solo_slowdown(self, job: Job, plan: Mapping[str, Any] | None, gpu_type: str, nodes: int) -> float:
         """The job's time alone with ``plan``'s accumulation over its time without."""
@@ -92,7 +100,7 @@ class PairModel:
 
     def options(
         self, host: Job, host_plan: Mapping[str, Any] | None, new: Job, gpu_type: str, nodes: int
-    ) -> tuple[SubBatchOption, ...]:
+    ) -> PairOptions:
         """Every micro-batch of ``new`` that fits beside ``host``, largest first (Algorithm 2, line 5)."""
         key = (host.model, host.batch_size, host.num_gpus, plan_key(host_plan),
                new.model, new.batch_size, new.num_gpus, plan_key(new.plan), gpu_type, nodes)  # fmt: skip
@@ -115,8 +123,23 @@ class PairModel:
                 profile, gpu_type, batch, new.num_gpus, nodes, steps
             )
             found.append(SubBatchOption(micro, steps, slowdown, ratios[0], ratios[1]))
-        self._options[key] = result = tuple(found)
+        self._options[key] = result = PairOptions(tuple(found), _undominated(found))
         return result
+
+
+def _undominated(options: Sequence[SubBatchOption]) -> tuple[SubBatchOption, ...]:
+    """Options no other option beats on every count (both ξ and the slowdown), largest first.
+
+    A pair's completion times only grow with either ξ and with the new job's time, so a
+    dominated micro-batch is never the best (smaller micro-batches below the smallest
+    measured one share its ξ and only add accumulation steps).
+    """
+
+    def beats(a: SubBatchOption, b: SubBatchOption) -> bool:
+        no_worse = a.xi_running <= b.xi_running and a.xi_new <= b.xi_new and a.slowdown <= b.slowdown
+        return no_worse and (a.xi_running, a.xi_new, a.slowdown) != (b.xi_running, b.xi_new, b.slowdown)
+
+    return tuple(o for o in options if not any(beats(other, o) for other in options))
 
 
 @dataclass
@@ -127,6 +150,7 @@ class _Round:
     jobs: Mapping[str, Job]
     assignments: dict[str, Assignment]
     hosts: dict[str, None] = field(default_factory=dict)  # jobs alone on all their GPUs, in order
+    remaining: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def start(cls, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> _Round:
@@ -156,10 +180,14 @@ class _Round:
         )
 
     def host_remaining_s(self, model: PairModel, host_id: str) -> float:
-        """The host's solo time left, with the accumulation it runs with."""
-        job, a = self.jobs[host_id], self.assignments[host_id]
-        left = remaining_estimate_s(job)
-        return left * model.solo_slowdown(job, a.plan, self.gpu_type(a), len(a.per_node))
+        """The host's solo time left, with the accumulation it runs with (memoised per round)."""
+        cached = self.remaining.get(host_id)
+        if cached is None:
+            job, a = self.jobs[host_id], self.assignments[host_id]
+            left = remaining_estimate_s(job)
+            cached = left * model.solo_slowdown(job, a.plan, self.gpu_type(a), len(a.per_node))
+            self.remaining[host_id] = cached
+        return cached
 
     def share(self, job: Job, slots: Sequence[GpuSlot], partners: Sequence[str], plan: Any) -> None:
         self.assignments[job.id] = Assignment(tuple(slots), 0, 0.0, plan, tuple(sorted(partners, key=id_key)))
@@ -236,7 +264,7 @@ class _SharingStage(ABC):
             ):
                 continue
             options = self.model.options(state.jobs[host], a.plan, job, state.gpu_type(a), nodes)
-            if not options:
+            if not options.fitting:
                 continue  # does not fit in GPU memory beside this host at any micro-batch
             candidate = self.candidate(state, host, job, options)
             if candidate is not None:
@@ -282,9 +310,7 @@ class _SharingStage(ABC):
         return None if best is None else best[1]
 
     @abstractmethod
-    def candidate(
-        self, state: _Round, host: str, job: Job, options: tuple[SubBatchOption, ...]
-    ) -> _Candidate | None:
+    def candidate(self, state: _Round, host: str, job: Job, options: PairOptions) -> _Candidate | None:
         """Whether ``job`` may join ``host``, and how good that is (lower key first)."""
 
     @abstractmethod
@@ -309,13 +335,11 @@ class BestSharingBenefitFirst(_SharingStage):
 
     component: ClassVar[str] = "bsbf sharing"
 
-    def candidate(
-        self, state: _Round, host: str, job: Job, options: tuple[SubBatchOption, ...]
-    ) -> _Candidate | None:
-        decision = self._decide(state, host, job, options)
+    def candidate(self, state: _Round, host: str, job: Job, options: PairOptions) -> _Candidate | None:
+        decision = self._decide(state, host, job, options.contenders)
         if not decision.concurrent:
             return None  # sharing would hurt the pair's average JCT: not a candidate
-        return _Candidate(host, (decision.avg_completion_s,), options)
+        return _Candidate(host, (decision.avg_completion_s,), options.fitting)
 
     def settle(self, state: _Round, job: Job, hosts: Sequence[_Candidate]) -> SubBatchOption | None:
         # One micro-batch for the job on all its GPUs: the one with the lowest total
@@ -351,10 +375,8 @@ class FirstFitSharing(_SharingStage):
 
     component: ClassVar[str] = "ffs sharing"
 
-    def candidate(
-        self, state: _Round, host: str, job: Job, options: tuple[SubBatchOption, ...]
-    ) -> _Candidate | None:
-        return _Candidate(host, (), options)  # equal keys: slots go in cluster order
+    def candidate(self, state: _Round, host: str, job: Job, options: PairOptions) -> _Candidate | None:
+        return _Candidate(host, (), options.fitting)  # equal keys: slots go in cluster order
 
     def settle(self, state: _Round, job: Job, hosts: Sequence[_Candidate]) -> SubBatchOption | None:
         common = _common_micro_batches(hosts)

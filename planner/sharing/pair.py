@@ -47,16 +47,18 @@ def completion_times(t: PairTimes, insert_at_s: float) -> tuple[float, float]:
     ``insert_at_s`` is clamped to [0, R]; at R the jobs run one after the other.
     """
     tau = min(max(insert_at_s, 0.0), t.running_s)
-    left = t.running_s - tau
-    together_running = t.xi_running * left  # the running job's rest, shared
-    together_new = t.xi_new * t.new_s  # the new job, shared throughout
+    end_running, end_new = _shared_from_now(t.running_s - tau, t.new_s, t.xi_running, t.xi_new)
+    return tau + end_running, tau + end_new
+
+
+def _shared_from_now(left: float, new: float, xi_running: float, xi_new: float) -> tuple[float, float]:
+    """Completion times when both start sharing now (``left``: the running job's solo work)."""
+    together_running = xi_running * left  # the running job's rest, shared
+    together_new = xi_new * new  # the new job, shared throughout
     if together_running <= together_new:  # Eq. 18-19: the running job finishes first
-        end_running = tau + together_running
-        done_new = together_running / t.xi_new
-        return end_running, end_running + (t.new_s - done_new)
-    end_new = tau + together_new  # Eq. 22-23: the new job finishes first
-    done_running = together_new / t.xi_running
-    return end_new + (left - done_running), end_new
+        return together_running, together_running + (new - together_running / xi_new)
+    # Eq. 22-23: the new job finishes first
+    return together_new + (left - together_new / xi_running), together_new
 
 
 def average_completion_s(t: PairTimes, insert_at_s: float) -> float:
@@ -112,9 +114,12 @@ def best_setting(running_s: float, new_s: float, options: Sequence[SubBatchOptio
     sequential = (running_s + running_s + new_s) / 2.0
     best: tuple[float, SubBatchOption] | None = None
     if math.isfinite(running_s) and math.isfinite(new_s):
+        PairTimes(running_s, new_s, 1.0, 1.0)  # validates the times once
         for option in options:
-            times = PairTimes(running_s, new_s * option.slowdown, option.xi_running, option.xi_new)
-            value = average_completion_s(times, 0.0)
+            end_running, end_new = _shared_from_now(
+                running_s, new_s * option.slowdown, option.xi_running, option.xi_new
+            )
+            value = (end_running + end_new) / 2.0
             if best is None or value < best[0]:
                 best = (value, option)
     if best is None:

@@ -231,7 +231,7 @@ def test_bsbf_never_starts_a_pair_the_rule_says_hurts(snapshot, xi):
             host, ha = jobs[host_id], plan.assignments[host_id]
             gpu_type = snapshot.node(ha.gpus[0][0]).gpu_type
             nodes = 1 if job.num_gpus <= 4 else -(-job.num_gpus // 4)  # as the stage estimates
-            options = stage.model.options(host, ha.plan, job, gpu_type, nodes)
+            options = stage.model.options(host, ha.plan, job, gpu_type, nodes).fitting
             ga = accumulation_of(a.plan)
             micro = ga[0] if ga else (job.batch_size if options and options[0].micro_batch else None)
             chosen = [o for o in options if o.micro_batch == micro]

@@ -102,3 +102,17 @@ def test_bad_inputs_are_rejected():
         PairTimes(1, 1, 0.0, 1.0)
     with pytest.raises(ValueError, match="solo times"):
         PairTimes(-1, 1, 1.0, 1.0)
+
+
+@given(
+    times,
+    times,
+    st.lists(st.tuples(ratios, ratios, st.floats(1.0, 3.0)), min_size=1, max_size=8),
+)
+def test_dropping_dominated_micro_batches_never_changes_the_verdict(r, n, opts):
+    from planner.policies.sharing import _undominated
+
+    options = [option(a, b, s, micro=k) for k, (a, b, s) in enumerate(opts)]
+    full, pruned = best_setting(r, n, options), best_setting(r, n, _undominated(options))
+    assert full.concurrent == pruned.concurrent
+    assert full.avg_completion_s == pytest.approx(pruned.avg_completion_s)

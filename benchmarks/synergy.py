@@ -9,6 +9,7 @@ synergy``), seeded; round 360 s; a job whose CPUs or memory change restarts (30 
     python -m benchmarks.synergy fig9        # FIFO, single-GPU, split (20,70,10), load sweep
     python -m benchmarks.synergy fig11       # FIFO, multi-GPU, three workload splits
     python -m benchmarks.synergy fig12       # FIFO, single-GPU, CPU:GPU ratio 3..6
+    python -m benchmarks.synergy fig13       # DRF and Tetris with best-case demands vs Tune
     python -m benchmarks.synergy multigpu    # LAS and SRTF, multi-GPU trace
     python -m benchmarks.synergy decision    # decision time per round, 128 and 512 GPUs
 """
@@ -127,7 +128,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("figure", choices=["fig9", "fig11", "fig12", "multigpu", "decision"])
+    parser.add_argument("figure", choices=["fig9", "fig11", "fig12", "fig13", "multigpu", "decision"])
     parser.add_argument("--jobs", type=int, default=2400)
     parser.add_argument("--window", default="1000:2000")
     parser.add_argument("--seed", type=int, default=1)
@@ -170,6 +171,14 @@ def main() -> None:
             for m in mechanisms
         ]
         sweep("fig12", args, cases, {"trace": "single-GPU, split (20,70,10)", "policy": "fifo"})
+    elif args.figure == "fig13":
+        cases = [
+            {"mechanism": m, "policy": "fifo", "rate": r, "split": split, "single_gpu": False}
+            for split in ((20, 70, 10), (50, 0, 50))
+            for r in rates("2.5")
+            for m in ("synergy-proportional", "drf", "tetris", "synergy-tune")
+        ]
+        sweep("fig13", args, cases, {"trace": "multi-GPU (<= 16), W1 and W2 splits", "policy": "fifo"})
     elif args.figure == "multigpu":
         cases = [
             {"mechanism": m, "policy": policy, "rate": r, "split": (20, 70, 10), "single_gpu": False}

@@ -32,6 +32,7 @@ from planner.stages import SHAPINGS
 from profiles.schema import SensitivityMatrix
 
 _TIE_COST = 1e-4
+_KEEP_BONUS = 1e-3  # among (nearly) equal throughputs, a running job keeps its share: no restart
 
 
 @SHAPINGS.register("opt")
@@ -85,6 +86,13 @@ def _grid_points(matrix: SensitivityMatrix, prop: PerGpu) -> tuple[tuple[PerGpu,
     return tuple((p, w) for p, w in scored if w >= floor - 1e-12)
 
 
+def _current_share(d: Demand) -> PerGpu | None:
+    a = d.job.assignment
+    if not d.job.is_running or a is None or a.num_gpus == 0:
+        return None
+    return PerGpu(a.cpus // a.num_gpus, a.mem_gb / a.num_gpus)
+
+
 def ideal_shares(rnd: Round) -> list[PerGpu]:
     """The ILP (8-12): each runnable job's best CPUs and memory per GPU on the super-machine."""
     nodes = rnd.pool.nodes
@@ -99,12 +107,14 @@ def ideal_shares(rnd: Round) -> list[PerGpu]:
     k = 0
     for j, (d, pts) in enumerate(zip(rnd.demands, points, strict=True)):
         g = d.job.num_gpus
+        current = _current_share(d)
         for p, w in pts:
             cpu_row[k] = p.cpus * g
             mem_row[k] = p.mem_gb * g
             # eq. 8, minus the tie-breaking resource cost; eq. 12 holds by construction of
             # the points (none below the proportional throughput, which is always one)
-            objective[k] = -(w - _TIE_COST * (cpu_row[k] / cap_cpus + mem_row[k] / cap_mem))
+            keep = _KEEP_BONUS if p == current else 0.0
+            objective[k] = -(w + keep - _TIE_COST * (cpu_row[k] / cap_cpus + mem_row[k] / cap_mem))
             rows.append(j)
             cols.append(k)
             k += 1

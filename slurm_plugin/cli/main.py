@@ -11,6 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 from planner.errors import MosaicError
 from slurm_plugin.cli import (
     controller_cmd,
+    demo_cmd,
     emulate_cmd,
     info_cmd,
     plan_cmd,
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     controller_cmd.add_parsers(sub, common)
     emulate_cmd.add_parser(sub, common)
     report_cmd.add_parser(sub, common)
+    demo_cmd.add_parser(sub, common)
     return parser
 
 

@@ -58,6 +58,7 @@ def write_script(
         "#!/bin/bash\n"
         f"{sbatch}\n"
         f"#MOSAIC --model resnet50 --duration-s {duration_s:g} {directives}\n"
+        "trap '' USR1\n"  # a checkpoint signal before the emulator's handler is up must not kill it
         f"exec {MOSAIC} emulate --duration-s {duration_s:g} --time-scale {time_scale:g}\n"
     )
     return path

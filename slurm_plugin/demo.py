@@ -1,0 +1,215 @@
+"""``mosaic demo``: a small trace of emulated jobs through the whole live path.
+
+Brings up a private test cluster (with accounting), submits the bundled trace's jobs
+through ``mosaic submit`` at their (time-compressed) arrival times, runs the controller
+one tick per round until every job has finished, reads what happened back from
+``sacct`` (``mosaic report``'s code) and tears the cluster down. It also simulates the
+same trace with the same scheduler and round length, so the two summaries can be put
+side by side (``mosaic sim``'s keys both).
+
+Times: the trace is in emulated seconds; ``time_scale`` emulated seconds pass per real
+second (the emulated jobs advance that fast), so every time in the summaries is real
+seconds and the simulation runs on the trace divided by ``time_scale``.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from planner.cluster import cluster_from_toml
+from planner.config import SchedulerConfig, build_scheduler
+from planner.sim import SimConfig, Simulator
+from planner.traces.records import TraceJob
+from slurm_plugin.controller.config import ControllerConfig
+from slurm_plugin.controller.loop import Controller
+from slurm_plugin.directives import encode_comment
+from slurm_plugin.report import Report, build_report, summary
+from slurm_plugin.slurm.backend import CliSlurm
+from slurm_plugin.store import Store
+from slurm_plugin.testcluster import lifecycle
+from slurm_plugin.testcluster.shapes import ClusterShape, shape_named
+
+log = logging.getLogger(__name__)
+
+# (id, arrival s, GPUs, duration s, model), emulated seconds: a burst that overfills the
+# 16-GPU cluster, so the scheduler has to order, preempt and pack jobs onto nodes.
+BUNDLED_TRACE: tuple[tuple[str, float, int, float, str], ...] = (
+    ("d1", 0, 4, 900, "resnet50"),
+    ("d2", 0, 2, 600, "resnet18"),
+    ("d3", 30, 4, 1200, "transformer"),
+    ("d4", 60, 1, 300, "lstm"),
+    ("d5", 60, 4, 600, "vgg19"),
+    ("d6", 120, 2, 900, "gnmt"),
+    ("d7", 180, 4, 300, "resnet50"),
+    ("d8", 240, 1, 600, "dcgan"),
+    ("d9", 300, 2, 300, "bert"),
+    ("d10", 360, 4, 600, "resnet18"),
+)
+
+
+LIVE_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "SUSPENDED"})
+
+
+def bundled_trace() -> list[TraceJob]:
+    return [TraceJob(j, float(t), g, float(d), m) for j, t, g, d, m in BUNDLED_TRACE]
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    live: dict[str, Any]
+    sim: dict[str, Any]
+    report: Report
+    slurm_ids: dict[str, str]
+
+
+def _script(directory: Path, job: TraceJob, time_scale: float, mosaic: str) -> Path:
+    path = directory / f"{job.job_id}.sh"
+    path.write_text(
+        "#!/bin/bash\n"
+        f"#SBATCH -J {job.job_id} --gres=gpu:{job.num_gpus} -c {job.num_gpus} --mem={job.num_gpus}G\n"
+        "#SBATCH -o /dev/null\n"
+        f"#MOSAIC --model {job.model} --duration-s {job.duration_s / time_scale:g}\n"
+        "trap '' USR1  # until the job's own handler is installed, a checkpoint signal must not kill it\n"
+        f"exec {mosaic} emulate --duration-s {job.duration_s:g} --time-scale {time_scale:g}\n"
+    )
+    return path
+
+
+def run_demo(
+    root: Path,
+    scheduler_config: SchedulerConfig,
+    *,
+    mosaic: str,
+    trace: Sequence[TraceJob] | None = None,
+    time_scale: float = 60.0,
+    round_s: float = 2.0,
+    shape: ClusterShape | None = None,
+    timeout_s: float = 600.0,
+    on_tick: Callable[[float, int, int], None] | None = None,
+) -> DemoResult:
+    """Run the trace live (``round_s`` real seconds per round), then simulate it."""
+    jobs = sorted(trace if trace is not None else bundled_trace(), key=lambda j: j.submit_time_s)
+    shape = shape or shape_named("homogeneous", accounting=True)
+    cluster = lifecycle.up(shape, root / "cluster")
+    # A fresh cluster numbers jobs from 1 again: an old spool would hand the new jobs the
+    # old jobs' plans and checkpoints.
+    shutil.rmtree(root / "spool", ignore_errors=True)
+    try:
+        config = ControllerConfig(
+            spool_dir=root / "spool",
+            slurm_conf=str(cluster.layout.conf),
+            round_s=round_s,
+            checkpoint_grace_s=5.0,
+            stop_timeout_s=30.0,
+            max_restarts_per_hour=1000,
+        )
+        client = CliSlurm(config.slurm_env)
+        scheduler = build_scheduler(scheduler_config)
+        controller = Controller(client, Store(config.store_path), config, scheduler)
+        scripts = root / "scripts"
+        scripts.mkdir(parents=True, exist_ok=True)
+        started = time.time()
+        since = datetime.fromtimestamp(started - 1).strftime("%Y-%m-%dT%H:%M:%S")
+        slurm_ids: dict[str, str] = {}
+        queue = list(jobs)
+        while True:
+            tick_start = time.time()
+            while queue and queue[0].submit_time_s / time_scale <= tick_start - started:
+                job = queue.pop(0)
+                script = _script(scripts, job, time_scale, mosaic)
+                meta = {"model": job.model, "duration_s": job.duration_s / time_scale}
+                env = {"MOSAIC_SPOOL": str(config.spool_dir)}
+                slurm_ids[job.job_id] = client.submit(str(script), [], encode_comment(meta), env)
+            controller.tick()
+            states = {j.id: j.state for j in client.jobs()}
+            done = sum(1 for s in slurm_ids.values() if states.get(s) == "COMPLETED")
+            ended = sum(1 for s in slurm_ids.values() if states.get(s, "GONE") not in LIVE_STATES)
+            if on_tick is not None:
+                on_tick(tick_start - started, done, len(jobs))
+            if not queue and ended == len(jobs):
+                if done < len(jobs):
+                    log.warning("demo: %d of %d jobs did not complete", len(jobs) - done, len(jobs))
+                break
+            if tick_start - started > timeout_s:
+                log.warning(
+                    "demo: %d of %d jobs unfinished after %g s", len(jobs) - done, len(jobs), timeout_s
+                )
+                break
+            time.sleep(max(0.0, round_s - (time.time() - tick_start)))
+        end = time.time()
+        rows = _wait_for_accounting(client, since, len(jobs))
+        report = build_report(rows, config.partitions, end)
+        nodes = [n for n in client.nodes() if "gpu" in n.partitions]
+        decisions = [
+            float(r.plan.get("decision_time_s", 0.0)) for r in Store(config.store_path).rounds(10**6)
+        ]
+        live = summary(
+            report,
+            cluster_gpus=sum(n.gpus for n in nodes),
+            cluster_cpus=sum(n.cpus for n in nodes),
+            decision_times_s=decisions,
+            end_time_s=end,
+        )
+    finally:
+        lifecycle.down(root / "cluster")
+    live.update(scheduler=scheduler.name, trace="bundled demo trace", time_scale=time_scale, round_s=round_s)
+    sim = simulate(jobs, shape, scheduler_config, time_scale, round_s)
+    return DemoResult(live, sim, report, slurm_ids)
+
+
+def _wait_for_accounting(
+    client: CliSlurm, since: str, expected: int, timeout_s: float = 30.0
+) -> list[dict[str, str]]:
+    """sacct rows once every job's final run reached the database (slurmdbd is asynchronous)."""
+    deadline = time.monotonic() + timeout_s
+    rows: list[dict[str, str]] = []
+    while time.monotonic() < deadline:
+        rows = client.sacct_runs(since, None)
+        final = {
+            r["JobID"] for r in rows if r.get("State", "").split(" ")[0] not in LIVE_STATES | {"REQUEUED"}
+        }
+        if len(final) >= expected:
+            break
+        time.sleep(0.5)
+    return rows
+
+
+def simulate(
+    jobs: Sequence[TraceJob],
+    shape: ClusterShape,
+    scheduler_config: SchedulerConfig,
+    time_scale: float,
+    round_s: float,
+    restart_s: float = 2.0,
+) -> dict[str, Any]:
+    """The same trace in the simulator, in real seconds (divided by ``time_scale``).
+
+    ``restart_s`` is the live path's stop-to-running time (checkpoint + requeue +
+    relaunch, ~2 s on the test cluster).
+    """
+    toml = "\n".join(
+        f'[[nodes]]\ncount = {g.count}\ngpus = {g.gpus}\ngpu_type = "{g.gpu_type}"\n'
+        f'cpus = {g.cpus}\nmem_gb = {g.mem_gb}\nname_prefix = "{g.prefix}"\n'
+        for g in shape.groups
+    )
+    nodes = cluster_from_toml(toml, source=f"test cluster {shape.name}")
+    scaled = [
+        replace(j, submit_time_s=j.submit_time_s / time_scale, duration_s=j.duration_s / time_scale)
+        for j in jobs
+    ]
+    config = SimConfig(round_s=round_s, checkpoint_s=0.0, relaunch_s=restart_s)
+    scheduler = build_scheduler(scheduler_config)
+    result = Simulator(nodes, scaled, scheduler, config, clock=time.perf_counter).run()
+    return {
+        **result.summary,
+        "gpus": sum(n.gpus for n in nodes),
+        "round_s": round_s,
+        "restart_cost_s": restart_s,
+    }

@@ -111,7 +111,8 @@ def test_every_job_is_placed_at_most_once(snapshot, name):
     for job_id, a in plan.assignments.items():  # sharing is recorded on both sides
         for other in a.shares_with:
             assert job_id in plan.assignments[other].shares_with
-            assert set(plan.assignments[other].gpus) == set(a.gpus)
+            # Partners share at least one GPU (SJF-BSBF may share part of a job's GPUs).
+            assert set(plan.assignments[other].gpus) & set(a.gpus)
     diff = set(plan.started) | set(plan.migrated) | set(plan.preempted)
     assert len(diff) == len(plan.started) + len(plan.migrated) + len(plan.preempted)
 

@@ -16,9 +16,9 @@ The model, per model and GPU type, fitted to measured throughputs:
 Gavel's isolated throughputs give steps/s summed over a job's workers (Tesserae §4.3:
 k GPUs do k times the 1-GPU steps), so one worker's iteration takes ``g / steps_per_s``.
 A model is fitted per (model, GPU type) by least squares on log times; a profile with
-fewer than three measured points at one GPU type has no model, and gradient
-accumulation is then taken to cost nothing (the neutral profile's rule: no data, no
-effect).
+fewer than three measured points at one GPU type has no model there, and borrows the
+slowdown fitted on another GPU type (v100, p100, k80); with none at all, gradient
+accumulation is taken to cost nothing (the neutral profile's rule: no data, no effect).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ MICRO_BATCH_KEY = "micro_batch"
 ACCUM_STEPS_KEY = "grad_accum"
 GA_KEYS = (MICRO_BATCH_KEY, ACCUM_STEPS_KEY)
 _MIN_POINTS = 3
+_OTHER_GPU_TYPES = ("v100", "p100", "k80")  # Gavel's measured types, newest first
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,12 +173,15 @@ class IterationModels:
         self, profile: Profile, gpu_type: str, batch: float | None, num_gpus: int, nodes: int, steps: int
     ) -> float:
         """How much longer an update takes with ``steps`` accumulation steps (1.0 without a model)."""
-        if steps == 1:
+        if steps == 1 or batch is None:
             return 1.0
-        fitted = self.model(profile, gpu_type)
-        if fitted is None or batch is None:
-            return 1.0
-        return fitted.accumulation_slowdown(batch, num_gpus, nodes, steps)
+        # A GPU type without measurements borrows the ratio of another (newest first), as
+        # the co-location estimates do: generations change speed more than this ratio.
+        for t in dict.fromkeys((gpu_type, *_OTHER_GPU_TYPES)):
+            fitted = self.model(profile, t)
+            if fitted is not None:
+                return fitted.accumulation_slowdown(batch, num_gpus, nodes, steps)
+        return 1.0
 
 
 # -- gradient accumulation in an execution plan ------------------------------------------

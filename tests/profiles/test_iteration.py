@@ -106,6 +106,13 @@ def test_accumulation_costs_time_and_more_steps_cost_more(model):
     assert slow[0] == 1.0 < slow[1] < slow[2]
 
 
+def test_a_gpu_type_without_measurements_borrows_another_types_slowdown():
+    models, profile = IterationModels(), STORE.resolve("resnet50")
+    assert models.model(profile, "a100") is None
+    v100 = models.accumulation_slowdown(profile, "v100", 64, 1, 1, 4)
+    assert models.accumulation_slowdown(profile, "a100", 64, 1, 1, 4) == v100 > 1
+
+
 def test_without_measurements_accumulation_is_free():
     models = IterationModels()
     assert models.accumulation_slowdown(STORE.resolve("gpt2"), "v100", 512, 8, 1, 4) == 1.0

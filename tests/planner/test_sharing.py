@@ -12,7 +12,7 @@ from planner import plan_round
 from planner.config import build_scheduler, preset
 from planner.errors import ConfigError
 from planner.execplan import plan_from_mapping, resolve
-from planner.model import JobState, Outcome
+from planner.model import Assignment, JobState, Outcome
 from planner.policies.common import remaining_estimate_s
 from planner.sharing import best_setting
 from planner.validate import plan_violations
@@ -269,3 +269,22 @@ def test_over_rounds_with_finishing_jobs_nothing_running_is_ever_stopped_or_move
                 make_job(f"s{step}-{k}", g, 100.0 + step, model=model, batch_size=batch, duration_s=duration)
             )
         snapshot = make_snapshot(snapshot.nodes, jobs, time_s=100.0 + step + 1)
+
+
+def test_a_guest_whose_host_finished_keeps_its_gpus_and_nobody_takes_them():
+    # "g" (2 GPUs) shared n1/0 with host "a" and n1/1 with host "b"; "a" has finished.
+    # The next round must keep g on both GPUs (n1/0 now its own), keep b with it, and
+    # start the pending job elsewhere, not on n1/0.
+    nodes = make_nodes(1, gpus=4)
+    slot_b = [("n1", 1), ("n1", 2)]
+    b = make_job("b", 2, model="resnet18", batch_size=128, duration_s=9e4, remaining_s=9e4)
+    g = make_job("g", 2, model="resnet18", batch_size=128, duration_s=600, remaining_s=300)
+    b = replace(running(b, slot_b), assignment=Assignment(tuple(slot_b), 0, 0.0, None, ("g",)))
+    g_gpus = (("n1", 0), ("n1", 1))
+    g = replace(running(g, list(g_gpus)), assignment=Assignment(g_gpus, 0, 0.0, None, ("b",)))
+    new = make_job("new", 1, submit=5, model="resnet18", batch_size=128, duration_s=60)
+    plan = plan_round(make_snapshot(nodes, [b, g, new]), sharing())
+    assert not plan.preempted and not plan.migrated
+    assert plan.assignments["g"].gpus == g_gpus and plan.assignments["g"].shares_with == ("b",)
+    assert plan.assignments["b"].shares_with == ("g",)
+    assert plan.assignments["new"].gpus == (("n1", 3),)

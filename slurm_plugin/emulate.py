@@ -4,8 +4,10 @@
 ``D`` emulated seconds at its reference allocation (``D / F`` real seconds), checkpoints
 its progress when the controller's checkpoint signal arrives (and answers with the
 checkpoint marker the controller waits for), resumes from that checkpoint after a
-requeue, and exits 0 when done. It speaks the job side of the plan-file protocol
-(:mod:`slurm_plugin.planfile`): heartbeats with ``progress`` in
+requeue (``--exit-on-checkpoint``: it exits after the checkpoint, as ``mosaic-run``
+does, and the controller requeues the finished job), and exits 0 when done. It speaks
+the job side of the plan-file protocol (:mod:`slurm_plugin.planfile`): heartbeats with
+``progress`` in
 ``<spool>/status/<job>/heartbeat.jsonl``, the marker ``checkpoint.json`` there.
 
 Its first heartbeat records what Slurm gave it (``CUDA_VISIBLE_DEVICES``,
@@ -53,7 +55,9 @@ class EmulatedJob:
         requested_gpus: int,
         scaling: str = "linear",
         clock: Any = time.monotonic,
+        exit_on_checkpoint: bool = False,
     ) -> None:
+        self.exit_on_checkpoint = exit_on_checkpoint
         self.job_id = job_id
         self.spool = spool
         self.status = planfile.status_dir(spool, job_id)
@@ -100,8 +104,9 @@ class EmulatedJob:
             if self.checkpoint_requested:
                 self.checkpoint_requested = False
                 self.checkpoint()
-                # Stay up until requeued: exiting now would end the job for Slurm.
-                while not self.terminate:
+                if self.exit_on_checkpoint:
+                    return 0  # as mosaic-run does: the controller requeues the finished job
+                while not self.terminate:  # or stay up until the requeue's SIGTERM
                     time.sleep(tick_s)
             if self.terminate:
                 self.checkpoint()
@@ -133,11 +138,25 @@ def gpus_in(env: Mapping[str, str]) -> int:
     return len([d for d in devices.split(",") if d.strip()])
 
 
-def main(duration_s: float, time_scale: float, scaling: str, requested_gpus: int | None) -> int:
+def main(
+    duration_s: float,
+    time_scale: float,
+    scaling: str,
+    requested_gpus: int | None,
+    exit_on_checkpoint: bool = False,
+) -> int:
     env = dict(os.environ)
     job_id = env.get("SLURM_JOB_ID") or "local"
     spool = Path(env.get("MOSAIC_SPOOL") or "/var/spool/mosaic")
     gpus = gpus_in(env)
-    job = EmulatedJob(job_id, spool, duration_s, time_scale, requested_gpus or max(1, gpus), scaling)
+    job = EmulatedJob(
+        job_id,
+        spool,
+        duration_s,
+        time_scale,
+        requested_gpus or max(1, gpus),
+        scaling,
+        exit_on_checkpoint=exit_on_checkpoint,
+    )
     job.install_handlers()
     return job.run(env, gpus)

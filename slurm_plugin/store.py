@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,6 +118,15 @@ class Store:
                 "INSERT OR IGNORE INTO jobs (job_id, num_gpus, meta, first_seen_s, pending_since_s) "
                 "VALUES (?, ?, ?, ?, ?)",
                 (job_id, num_gpus, json.dumps(dict(meta)), now, now),
+            )
+
+    def add_jobs(self, jobs: Sequence[tuple[str, int, Mapping[str, Any]]], now: float) -> None:
+        """:meth:`add_job` for many jobs in one transaction."""
+        with self.db:
+            self.db.executemany(
+                "INSERT OR IGNORE INTO jobs (job_id, num_gpus, meta, first_seen_s, pending_since_s) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [(job_id, gpus, json.dumps(dict(meta)), now, now) for job_id, gpus, meta in jobs],
             )
 
     def set_meta(self, job_id: str, meta: Mapping[str, Any]) -> None:

@@ -21,8 +21,13 @@ def add_parser(
     p.add_argument("--time-scale", type=float, default=1.0, help="emulated seconds per real second")
     p.add_argument("--scaling", choices=("linear", "none"), default="linear")
     p.add_argument("--requested-gpus", type=int, help="the GPU count --duration-s refers to")
+    p.add_argument(
+        "--exit-on-checkpoint", action="store_true", help="exit after the checkpoint (as mosaic-run does)"
+    )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    return emulate.main(args.duration_s, args.time_scale, args.scaling, args.requested_gpus)
+    return emulate.main(
+        args.duration_s, args.time_scale, args.scaling, args.requested_gpus, args.exit_on_checkpoint
+    )

@@ -248,9 +248,17 @@ class Actuator:
             running.append(a)
         self._wait_checkpoints([a.job_id for a in running], signalled_at)
         states = self._states()
-        # The job is expected to keep running after its checkpoint until it is requeued; one
-        # that exited meanwhile has finished (Slurm will not run it again) and is left alone.
-        to_requeue = [a for a in running if a.job_id in states and states[a.job_id].state == "RUNNING"]
+        # A job may keep running after its checkpoint, or exit once it is saved (mosaic-run
+        # does). Slurm requeues a finished batch job too, so one that exited *after writing
+        # its marker for this signal* is requeued like a running one; one that exited without
+        # it finished on its own and is left alone.
+        to_requeue = [
+            a
+            for a in running
+            if a.job_id in states
+            and (states[a.job_id].holds_resources or self._checkpointed_since(a.job_id, signalled_at))
+            and not states[a.job_id].is_pending
+        ]
         ids = [a.job_id for a in to_requeue]
         if ids:
             try:
@@ -268,14 +276,17 @@ class Actuator:
                 self._audit(a, round_id, f"{a.reason}: stopped")
                 self._done(a, round_id, result)
 
+    def _checkpointed_since(self, job_id: str, since: float) -> bool:
+        marked = planfile.checkpoint_time(self.config.spool_dir, job_id)
+        return marked is not None and marked >= since - 1.0
+
     def _wait_checkpoints(self, job_ids: list[str], since: float) -> None:
         """Until every job wrote a checkpoint marker newer than ``since``, exited, or the grace ran out."""
         deadline = self.clock() + self.config.checkpoint_grace_s
         waiting = set(job_ids)
         while waiting:
             for job_id in list(waiting):
-                marked = planfile.checkpoint_time(self.config.spool_dir, job_id)
-                if marked is not None and marked >= since - 1.0:
+                if self._checkpointed_since(job_id, since):
                     waiting.discard(job_id)
             if not waiting or self.clock() >= deadline:
                 break

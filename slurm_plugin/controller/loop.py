@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from planner.codec import assignment_from_json, round_plan_to_json
@@ -21,12 +21,19 @@ from slurm_plugin import planfile
 from slurm_plugin.controller import metrics
 from slurm_plugin.controller.actuate import Action, Actuator, ApplyResult, describe, diff
 from slurm_plugin.controller.config import ControllerConfig
-from slurm_plugin.controller.observe import OUTSIDE_PREFIX, Observation, build_observation, job_gpus, job_meta
+from slurm_plugin.controller.observe import (
+    IN_FLUX_STATES,
+    OUTSIDE_PREFIX,
+    RUNNING_STATES,
+    Observation,
+    build_observation,
+    job_gpus,
+)
 from slurm_plugin.directives import decode_comment
 from slurm_plugin.slurm.backend import SlurmClient
-from slurm_plugin.slurm.parse import SlurmJob, SlurmNode
+from slurm_plugin.slurm.parse import SlurmJob
 from slurm_plugin.slurm.runner import SlurmError
-from slurm_plugin.store import Store
+from slurm_plugin.store import JobRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -83,56 +90,66 @@ class Observer:
         now = self.clock()
         jobs = self.client.jobs()
         nodes = self.client.nodes()
-        self._record_new_jobs(jobs, now)
-        obs = self._build(now, jobs, nodes)
-        self._account(obs, now)
-        return self._build(now, jobs, nodes)
-
-    def _build(self, now: float, jobs: list[SlurmJob], nodes: list[SlurmNode]) -> Observation:
-        records = self.store.jobs()
         partitions = set(self.config.partitions)
+        managed = [sj for sj in jobs if sj.partition in partitions]
+        records = self.store.jobs()
+        new = [
+            (sj.id, job_gpus(sj), decode_comment(sj.comment) or {})
+            for sj in managed
+            if sj.id not in records and sj.state in {"PENDING", "RUNNING"} and job_gpus(sj) > 0
+        ]
+        if new:
+            self.store.add_jobs(new, now)
+            records = self.store.jobs()
+        records = self._account(managed, records, now)
         plans = {
             sj.id: planfile.current_exec_plan(self.config.spool_dir, sj.id)
-            for sj in jobs
-            if sj.partition in partitions and sj.state == "RUNNING"
+            for sj in managed
+            if sj.state in RUNNING_STATES
         }
         return build_observation(now, jobs, nodes, records, self.config, plans)
 
-    def _record_new_jobs(self, jobs: list[SlurmJob], now: float) -> None:
-        partitions = set(self.config.partitions)
-        known = self.store.jobs()
-        for sj in jobs:
-            new = sj.partition in partitions and sj.id not in known and sj.state in {"PENDING", "RUNNING"}
-            if new and job_gpus(sj) > 0:
-                self.store.add_job(sj.id, job_gpus(sj), decode_comment(sj.comment) or {}, now)
+    def _account(
+        self, managed: list[SlurmJob], records: dict[str, JobRecord], now: float
+    ) -> dict[str, JobRecord]:
+        """Attained GPU service (Tiresias' 2D-LAS needs it), progress and pending-since per job.
 
-    def _account(self, obs: Observation, now: float) -> None:
-        """Attained GPU service (Tiresias' 2D-LAS needs it), progress and pending-since per job."""
-        records = self.store.jobs()
+        Only what changed is written: running jobs, and jobs that just became pending.
+        """
         updates: dict[str, tuple[float, float | None, float, float | None]] = {}
-        for job in obs.snapshot.jobs:
-            record = records.get(job.id)
+        finished: list[str] = []
+        for sj in managed:
+            record = records.get(sj.id)
             if record is None:
                 continue
-            sj = obs.managed[job.id]
-            attained = record.attained_gpu_s
-            pending_since = record.pending_since_s
-            if job.assignment is not None and sj.start_time is not None:
+            if sj.state in RUNNING_STATES and sj.start_time is not None:
                 since = max(record.accounted_until_s or sj.start_time, sj.start_time)
-                attained += job.assignment.num_gpus * max(0.0, now - since)
-                pending_since = None
-            elif pending_since is None:
-                pending_since = now
-            progress = planfile.last_progress(self.config.spool_dir, job.id)
-            updates[job.id] = (
-                attained,
-                progress if progress is not None else record.progress,
-                now,
-                pending_since,
+                gpus = sj.gpus_per_node * max(1, len(sj.nodes))
+                progress = planfile.last_progress(self.config.spool_dir, sj.id)
+                updates[sj.id] = (
+                    record.attained_gpu_s + gpus * max(0.0, now - since),
+                    progress if progress is not None else record.progress,
+                    now,
+                    None,
+                )
+            elif sj.state == "PENDING" and record.pending_since_s is None:
+                updates[sj.id] = (record.attained_gpu_s, record.progress, now, now)
+            elif sj.state not in RUNNING_STATES | IN_FLUX_STATES | {"PENDING"} and record.finished_s is None:
+                finished.append(sj.id)
+        if updates:
+            self.store.account(updates)
+        if finished:
+            self.store.mark_finished(finished, now)
+        out = dict(records)
+        for job_id, (attained, progress, until, pending_since) in updates.items():
+            out[job_id] = replace(
+                records[job_id],
+                attained_gpu_s=attained,
+                progress=progress,
+                accounted_until_s=until,
+                pending_since_s=pending_since,
             )
-        self.store.account(updates)
-        if obs.finished:
-            self.store.mark_finished(list(obs.finished), now)
+        return out
 
 
 class Controller:
@@ -263,6 +280,3 @@ def _managed_assignments(assignments: Mapping[str, Assignment]) -> dict[str, Ass
 def _log_actions(round_id: int, actions: list[Action]) -> None:
     for a in actions:
         log.info("round %d: %s job %s (%s)", round_id, a.kind.value, a.job_id, a.reason)
-
-
-__all__ = ["Controller", "TickReport", "job_meta"]

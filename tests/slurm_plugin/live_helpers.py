@@ -49,6 +49,7 @@ def write_script(
     time_scale: float = 10.0,
     directives: str = "",
     partition: str | None = None,
+    exit_on_checkpoint: bool = False,
 ) -> Path:
     path = directory / f"{name}.sh"
     sbatch = f"#SBATCH -J {name} --gres=gpu:{gpus} -c {2 * gpus} --mem={4 * gpus}G -o /dev/null"
@@ -59,7 +60,8 @@ def write_script(
         f"{sbatch}\n"
         f"#MOSAIC --model resnet50 --duration-s {duration_s:g} {directives}\n"
         "trap '' USR1\n"  # a checkpoint signal before the emulator's handler is up must not kill it
-        f"exec {MOSAIC} emulate --duration-s {duration_s:g} --time-scale {time_scale:g}\n"
+        f"exec {MOSAIC} emulate --duration-s {duration_s:g} --time-scale {time_scale:g}"
+        + (" --exit-on-checkpoint\n" if exit_on_checkpoint else "\n")
     )
     return path
 

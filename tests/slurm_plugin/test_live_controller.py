@@ -120,7 +120,9 @@ def test_planned_preemption_checkpoints_and_requeues_then_resumes(live, tmp_path
 
 def test_resize_relaunches_the_job_with_its_new_resources(live, tmp_path):
     config = config_for(live, tmp_path / "spool")
-    job_id = submit_job(config, write_script(tmp_path, "grow", 1))
+    # This job exits once its checkpoint is saved (as mosaic-run does): the finished job is
+    # requeued all the same, because it wrote its marker for the controller's signal.
+    job_id = submit_job(config, write_script(tmp_path, "grow", 1, exit_on_checkpoint=True))
     ctl = controller(config)
     ctl.tick()
     first = wait_started(config, job_id)

@@ -52,6 +52,8 @@ class SimConfig:
     horizon_s: float | None = None
     check_invariants: bool = True
     interference: float | None = None  # one true ξ for every sharing pair (SJF-BSBF Fig. 6(b))
+    # (CPUs, GB) per GPU at which trace durations were measured; None: the proportional share
+    reference_share: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -64,6 +66,10 @@ class SimConfig:
             raise ConfigError(f"horizon_s must be > 0, got {self.horizon_s}")
         if self.interference is not None and not self.interference > 0:
             raise ConfigError(f"interference must be > 0, got {self.interference}")
+        if self.reference_share is not None and not all(v > 0 for v in self.reference_share):
+            raise ConfigError(
+                f"reference_share must be positive (CPUs, GB) per GPU, got {self.reference_share}"
+            )
 
     @property
     def restart_cost_s(self) -> float:
@@ -188,7 +194,10 @@ class Simulator:
                 raise ConfigError(f"the trace has job id {job.trace.job_id!r} twice")
             seen.add(job.trace.job_id)
         self.speed_model = SpeedModel(
-            self.profiles, {n.name: n for n in self.nodes}, interference=self.config.interference
+            self.profiles,
+            {n.name: n for n in self.nodes},
+            interference=self.config.interference,
+            reference_share=self.config.reference_share,
         )
         self.total_gpus = sum(n.gpus for n in self.nodes)
         self.total_cpus = sum(n.cpus for n in self.nodes)

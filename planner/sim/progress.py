@@ -7,8 +7,11 @@ one). A job advances ``dt * speed`` seconds of that work in ``dt`` seconds, wher
 
 * GPU type (Gavel's measured throughputs);
 * CPUs and memory per GPU against the GPU-proportional share of the GPUs it holds
-  (Synergy's sensitivity matrix); a job sharing its GPUs is compared with its share of
-  them, since the packed measurements below already include the sharing;
+  (Synergy's sensitivity matrix), or against a fixed ``reference_share`` per GPU when
+  the trace's durations were measured on servers of another shape (Synergy Figure 12:
+  the same jobs on servers with more CPUs per GPU); a job sharing its GPUs is compared
+  with its share of them, since the packed measurements below already include the
+  sharing;
 * the GPU's other job, if any: the normalised packed throughput of the pair, 1/ξ
   (:class:`profiles.interference.PairInterference` over
   :class:`profiles.colocation.ColocationModel`, the true values: the profiling noise
@@ -42,10 +45,15 @@ class SpeedModel:
     """Relative speed of a trace job under an assignment (memoised per configuration)."""
 
     def __init__(
-        self, profiles: ProfileStore, nodes: Mapping[str, Node], interference: float | None = None
+        self,
+        profiles: ProfileStore,
+        nodes: Mapping[str, Node],
+        interference: float | None = None,
+        reference_share: tuple[float, float] | None = None,
     ) -> None:
         self.profiles = profiles
         self.nodes = nodes
+        self.reference_share = reference_share
         self.interference = PairInterference(profiles, fixed=interference)
         self.colocation = self.interference.colocation
         self.iteration = IterationModels()
@@ -65,7 +73,13 @@ class SpeedModel:
             return cached
         profile = self.profiles.resolve(job.model)
         g = assignment.num_gpus
-        ref_cpus, ref_mem = proportional_share(self.nodes, assignment, 1 + len(partners))
+        ref_cpus: float
+        ref_mem: float
+        if self.reference_share is None:
+            ref_cpus, ref_mem = proportional_share(self.nodes, assignment, 1 + len(partners))
+        else:  # durations measured at a fixed share per GPU (e.g. Synergy's 3 CPUs, 62.5 GB)
+            ref_cpus = self.reference_share[0] * g / (1 + len(partners))
+            ref_mem = self.reference_share[1] * g / (1 + len(partners))
         factor = gpu_type_factor(
             profile,
             gpu_type=node.gpu_type,

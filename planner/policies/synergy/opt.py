@@ -65,7 +65,7 @@ class OptShaping(SynergyShaping):
         for d in sorted(rest, key=lambda d: -d.job.num_gpus):
             as_chosen = Demand(d.job, d.base, d.kept, d.matrix, chosen[d.job.id])
             if not tune.place(rnd, as_chosen):
-                tune._on_placement_gpus(rnd)
+                tune.on_placement_gpus(rnd)
                 return
 
 

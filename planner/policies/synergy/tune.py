@@ -56,7 +56,7 @@ class TuneShaping(SynergyShaping):
         )
         for _, d in order:
             if not self.place(rnd, d):
-                self._on_placement_gpus(rnd)
+                self.on_placement_gpus(rnd)
                 return
 
     def place(self, rnd: Round, d: Demand) -> bool:
@@ -76,7 +76,7 @@ class TuneShaping(SynergyShaping):
         commit(rnd, d, counts, share)
         return True
 
-    def _on_placement_gpus(self, rnd: Round) -> None:
+    def on_placement_gpus(self, rnd: Round) -> None:
         """Start over with every job on the GPUs the placement stage gave it."""
         again = Round(rnd.snapshot, rnd.demands, Pool(rnd.snapshot.nodes))
         for d in rnd.demands:

@@ -69,7 +69,7 @@ class DemoResult:
     slurm_ids: dict[str, str]
 
 
-def _script(directory: Path, job: TraceJob, time_scale: float, mosaic: str) -> Path:
+def _script(directory: Path, job: TraceJob, time_scale: float, python: str) -> Path:
     path = directory / f"{job.job_id}.sh"
     path.write_text(
         "#!/bin/bash\n"
@@ -77,7 +77,7 @@ def _script(directory: Path, job: TraceJob, time_scale: float, mosaic: str) -> P
         "#SBATCH -o /dev/null\n"
         f"#MOSAIC --model {job.model} --duration-s {job.duration_s / time_scale:g}\n"
         "trap '' USR1  # until the job's own handler is installed, a checkpoint signal must not kill it\n"
-        f"exec {mosaic} emulate --duration-s {job.duration_s:g} --time-scale {time_scale:g}\n"
+        f"exec {python} -m slurm_plugin.emulate --duration-s {job.duration_s:g} --time-scale {time_scale:g}\n"
     )
     return path
 
@@ -86,7 +86,7 @@ def run_demo(
     root: Path,
     scheduler_config: SchedulerConfig,
     *,
-    mosaic: str,
+    python: str,
     trace: Sequence[TraceJob] | None = None,
     time_scale: float = 60.0,
     round_s: float = 2.0,
@@ -123,7 +123,7 @@ def run_demo(
             tick_start = time.time()
             while queue and queue[0].submit_time_s / time_scale <= tick_start - started:
                 job = queue.pop(0)
-                script = _script(scripts, job, time_scale, mosaic)
+                script = _script(scripts, job, time_scale, python)
                 meta = {"model": job.model, "duration_s": job.duration_s / time_scale}
                 env = {"MOSAIC_SPOOL": str(config.spool_dir)}
                 slurm_ids[job.job_id] = client.submit(str(script), [], encode_comment(meta), env)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -37,11 +36,6 @@ def add_parser(
 
 
 def run(args: argparse.Namespace) -> int:
-    mosaic = (
-        str(Path(sys.argv[0]).resolve()) if Path(sys.argv[0]).name == "mosaic" else shutil.which("mosaic")
-    )
-    if not mosaic:
-        mosaic = str(Path(sys.executable).parent / "mosaic")
     root = args.dir or Path(tempfile.mkdtemp(prefix="mosaic-demo-"))
 
     def progress(t: float, done: int, total: int) -> None:
@@ -50,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     result = run_demo(
         root,
         scheduler_config(args),
-        mosaic=mosaic,
+        python=sys.executable,
         time_scale=args.time_scale,
         round_s=args.round_s,
         timeout_s=args.timeout_s,

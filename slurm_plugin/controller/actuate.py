@@ -172,15 +172,12 @@ class Actuator:
         config: ControllerConfig,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
-        fail_after: int | None = None,
     ) -> None:
         self.client = client
         self.store = store
         self.config = config
         self.clock = clock
         self.sleep = sleep
-        # Fault injection for tests of crash recovery: raise after this many applied actions.
-        self.fail_after = fail_after
 
     def apply(self, obs: Observation, actions: Sequence[Action], round_id: int) -> ApplyResult:
         result = ApplyResult()
@@ -204,8 +201,6 @@ class Actuator:
             a.request_id, round_id, a.job_id, a.kind, "done", detail or a.reason, self.clock()
         )
         result.done.append(a.request_id)
-        if self.fail_after is not None and len(result.done) >= self.fail_after:
-            raise SlurmError(f"injected failure after {self.fail_after} actions")
 
     def _skip(self, a: Action, round_id: int, result: ApplyResult, why: str, failed: bool = False) -> None:
         status = "failed" if failed else "skipped"

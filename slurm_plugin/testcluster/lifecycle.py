@@ -372,7 +372,7 @@ def down(root: Path = DEFAULT_ROOT, timeout_s: float = 15.0) -> list[str]:
             run(["scancel", "--user=root"], env=cluster.env, timeout_s=10, check=False)
         except SlurmCommandError as e:
             log.warning("could not cancel the test cluster's jobs: %s", e)
-        _wait_jobs_gone(cluster, 10.0)
+        wait_jobs_gone(cluster, 10.0)
     stopped: list[str] = []
     for name, pid in pids.items():  # slurmds first, munged last (the order of _pid_files)
         if pid is None:
@@ -382,7 +382,8 @@ def down(root: Path = DEFAULT_ROOT, timeout_s: float = 15.0) -> list[str]:
     return stopped
 
 
-def _wait_jobs_gone(cluster: Cluster, timeout_s: float) -> None:
+def wait_jobs_gone(cluster: Cluster, timeout_s: float) -> None:
+    """Until no job of the cluster is running or completing (or the timeout)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:

@@ -45,5 +45,5 @@ def live(slurm_cluster: lifecycle.Cluster, tmp_path: Path) -> Iterator[lifecycle
     """The session's cluster, emptied of jobs after the test."""
     yield slurm_cluster
     run(["scancel", "--user=root"], env=slurm_cluster.env, check=False)
-    lifecycle._wait_jobs_gone(slurm_cluster, 20.0)
+    lifecycle.wait_jobs_gone(slurm_cluster, 20.0)
     run(["squeue", "-h", "-o", "%i"], env=slurm_cluster.env)

@@ -18,8 +18,6 @@ from slurm_plugin.store import Store
 from slurm_plugin.submit import submit
 from slurm_plugin.testcluster.lifecycle import Cluster
 
-MOSAIC = Path(sys.executable).parent / "mosaic"
-
 
 def config_for(cluster: Cluster, spool: Path, **changes: Any) -> ControllerConfig:
     values: dict[str, Any] = {
@@ -60,8 +58,8 @@ def write_script(
         f"{sbatch}\n"
         f"#MOSAIC --model resnet50 --duration-s {duration_s:g} {directives}\n"
         "trap '' USR1\n"  # a checkpoint signal before the emulator's handler is up must not kill it
-        f"exec {MOSAIC} emulate --duration-s {duration_s:g} --time-scale {time_scale:g}"
-        + (" --exit-on-checkpoint\n" if exit_on_checkpoint else "\n")
+        f"exec {sys.executable} -m slurm_plugin.emulate --duration-s {duration_s:g} "
+        f"--time-scale {time_scale:g}" + (" --exit-on-checkpoint\n" if exit_on_checkpoint else "\n")
     )
     return path
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 from planner.config import preset
 from planner.metrics import SUMMARY_KEYS
 from planner.traces.records import TraceJob
 from slurm_plugin.demo import run_demo
 from slurm_plugin.testcluster import lifecycle
-from tests.slurm_plugin.live_helpers import MOSAIC
 
 
 def test_demo_runs_a_trace_live_and_in_the_simulator(slurm_cluster, tmp_path):
@@ -16,7 +17,9 @@ def test_demo_runs_a_trace_live_and_in_the_simulator(slurm_cluster, tmp_path):
         TraceJob("b", 0.0, 2, 60.0, "resnet18"),
         TraceJob("c", 30.0, 1, 60.0, "lstm"),
     ]
-    result = run_demo(tmp_path, preset("fifo"), mosaic=str(MOSAIC), trace=trace, time_scale=30.0, round_s=1.0)
+    result = run_demo(
+        tmp_path, preset("fifo"), python=sys.executable, trace=trace, time_scale=30.0, round_s=1.0
+    )
     assert set(SUMMARY_KEYS) <= set(result.live) and set(SUMMARY_KEYS) <= set(result.sim)
     assert result.live["finished"] == result.sim["finished"] == 3
     assert result.live["restarts"] == 0  # FIFO on an empty cluster never stops a job

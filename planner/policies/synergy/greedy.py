@@ -12,6 +12,10 @@ only in the order they try jobs and servers:
   the dot product of the job's demand and the server's free resources.
 
 Synergy fed both big-data policies its profiled best-case demands, and so does Mosaic.
+
+A running job is never stopped by them: the placement kept it on its GPUs, so it renews
+its lease first (§4.3), with its best-case demand if that fits there, else the share it
+had, else its proportional share, else what is left. Only pending jobs are skipped.
 """
 
 from __future__ import annotations
@@ -32,12 +36,36 @@ from planner.stages import SHAPINGS
 
 
 def _first_fit_in(rnd: Round, demands: list[Demand]) -> None:
+    renew_leases(rnd, demands)
     for d in demands:
+        if d.kept:
+            continue
         spot = place_at(rnd, d, best_case, pick="first")
         if spot is None:
             skip(rnd, d)
         else:
             commit(rnd, d, *spot)
+
+
+def renew_leases(rnd: Round, demands: list[Demand]) -> None:
+    """Running jobs keep running on their GPUs, in the given order (see the module text)."""
+    for d in demands:
+        counts = rnd.pool.reserved_counts(d.job.id)
+        if not d.kept or counts is None:
+            continue
+        prop = rnd.prop(counts)
+        a = d.job.assignment
+        had = PerGpu(a.cpus // a.num_gpus, a.mem_gb / a.num_gpus) if a is not None and a.num_gpus else prop
+        for share in (best_case(d, prop), had, prop):
+            if rnd.pool.fits(counts, share):
+                break
+        else:
+            free = rnd.pool
+            share = PerGpu(
+                max(0, min(min(free.free_cpus[n] // g, had.cpus) for n, g in counts)),
+                max(0.0, min(min(free.free_mem[n] / g, had.mem_gb) for n, g in counts)),
+            )
+        commit(rnd, d, counts, share)
 
 
 @SHAPINGS.register("greedy")
@@ -79,7 +107,8 @@ class TetrisShaping(SynergyShaping):
     component = "tetris"
 
     def allocate(self, rnd: Round) -> None:
-        waiting = list(rnd.demands)
+        renew_leases(rnd, rnd.demands)
+        waiting = [d for d in rnd.demands if not d.kept]
         while waiting:
             best: tuple[float, int, Counts, PerGpu] | None = None
             for k, d in enumerate(waiting):

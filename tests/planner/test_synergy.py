@@ -228,7 +228,8 @@ def test_reference_share_makes_more_cpus_per_gpu_speed_up_the_baseline_too() -> 
     trace = [trace_job(1, duration=36_000.0, model="resnet18")]
     six_per_gpu = (Node("s1", 8, "v100", 48, 500.0),)
     fixed = SimConfig(reference_share=(3.0, 62.5))
-    own = simulate(six_per_gpu, trace, scheduler("synergy-proportional"), SimConfig(), profiles=profiles())
-    measured_at_3 = simulate(six_per_gpu, trace, scheduler("synergy-proportional"), fixed, profiles=profiles())
+    baseline = scheduler("synergy-proportional")
+    own = simulate(six_per_gpu, trace, baseline, SimConfig(), profiles=profiles())
+    measured_at_3 = simulate(six_per_gpu, trace, baseline, fixed, profiles=profiles())
     assert own.records[0].jct_s == pytest.approx(36_000.0)  # durations at this server's share
     assert measured_at_3.records[0].jct_s == pytest.approx(36_000.0 / 1.75)  # W(6 CPUs) / W(3 CPUs)

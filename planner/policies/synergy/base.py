@@ -136,7 +136,7 @@ class SynergyShaping:
         return Draft(assignments=assignments, outcomes=outcomes)
 
 
-ShareRule = Callable[[Demand, PerGpu], PerGpu]  # (job, proportional share there) -> share
+ShareRule = Callable[["Round", Demand, Counts], PerGpu]  # the share a job asks for on those nodes
 
 
 def candidates(rnd: Round, d: Demand) -> list[Counts]:
@@ -149,7 +149,7 @@ def place_at(rnd: Round, d: Demand, rule: ShareRule, pick: str = "best") -> tupl
     """Where ``d`` fits with the share ``rule`` gives it (``pick``: best or first fit), if anywhere."""
     best: tuple[float, Counts, PerGpu] | None = None
     for counts in candidates(rnd, d):
-        share = rule(d, rnd.prop(counts))
+        share = rule(rnd, d, counts)
         if not rnd.pool.fits(counts, share):
             continue
         if pick == "first":
@@ -171,10 +171,22 @@ def skip(rnd: Round, d: Demand, why: Outcome = Outcome.NO_RESOURCES) -> None:
     rnd.skipped[d.job.id] = why
 
 
-def wished(d: Demand, prop: PerGpu) -> PerGpu:
-    return d.wish(prop)
+def wished(rnd: Round, d: Demand, counts: Counts) -> PerGpu:
+    return d.wish(rnd.prop(counts))
 
 
 def best_case(d: Demand, prop: PerGpu) -> PerGpu:
     """The best-case demand as is (no fairness floor): what Greedy, DRF and Tetris ask for."""
     return prop if d.best is None else d.best
+
+
+def feasible_best_case(rnd: Round, d: Demand, counts: Counts) -> PerGpu:
+    """The best-case demand, capped at what ``counts``'s nodes could hold for this job alone.
+
+    An 8-GPU AlexNet asks for 12 CPUs per GPU, 96 on a 24-CPU server: as is, it could
+    never run anywhere, and a static-demand scheduler would starve it forever.
+    """
+    best = best_case(d, rnd.prop(counts))
+    nodes = rnd.pool.by_name
+    cap = PerGpu(min(nodes[n].cpus // g for n, g in counts), min(nodes[n].mem_gb / g for n, g in counts))
+    return best.capped(cap)

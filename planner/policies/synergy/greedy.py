@@ -27,6 +27,7 @@ from planner.policies.synergy.base import (
     best_case,
     candidates,
     commit,
+    feasible_best_case,
     place_at,
     skip,
 )
@@ -40,7 +41,7 @@ def _first_fit_in(rnd: Round, demands: list[Demand]) -> None:
     for d in demands:
         if d.kept:
             continue
-        spot = place_at(rnd, d, best_case, pick="first")
+        spot = place_at(rnd, d, feasible_best_case, pick="first")
         if spot is None:
             skip(rnd, d)
         else:
@@ -56,7 +57,7 @@ def renew_leases(rnd: Round, demands: list[Demand]) -> None:
         prop = rnd.prop(counts)
         a = d.job.assignment
         had = PerGpu(a.cpus // a.num_gpus, a.mem_gb / a.num_gpus) if a is not None and a.num_gpus else prop
-        for share in (best_case(d, prop), had, prop):
+        for share in (feasible_best_case(rnd, d, counts), had, prop):
             if rnd.pool.fits(counts, share):
                 break
         else:
@@ -113,7 +114,7 @@ class TetrisShaping(SynergyShaping):
             best: tuple[float, int, Counts, PerGpu] | None = None
             for k, d in enumerate(waiting):
                 for counts in candidates(rnd, d):
-                    share = best_case(d, rnd.prop(counts))
+                    share = feasible_best_case(rnd, d, counts)
                     if not rnd.pool.fits(counts, share):
                         continue
                     score = _alignment(rnd, counts, share)

@@ -135,7 +135,15 @@ def ideal_shares(rnd: Round) -> list[PerGpu]:
 
 
 def spread_over_servers(rnd: Round, chosen: dict[str, PerGpu]) -> dict[str, Counts]:
-    """The LP (15-19): whole jobs per server; fractional jobs are left out of the result."""
+    """The LP (15-19): whole jobs per server; fractional jobs are left out of the result.
+
+    Running jobs renew their lease (§4.3): they may only stay where they run, unless that
+    makes the program infeasible, in which case it is solved again without the rule.
+    """
+    return _spread(rnd, chosen, stay=True) or _spread(rnd, chosen, stay=False) or {}
+
+
+def _spread(rnd: Round, chosen: dict[str, PerGpu], stay: bool) -> dict[str, Counts] | None:
     pool = rnd.pool
     servers = [n for n in pool.nodes if pool.free_gpus[n.name] or pool.reserved]
     index = {n.name: i for i, n in enumerate(servers)}
@@ -145,6 +153,8 @@ def spread_over_servers(rnd: Round, chosen: dict[str, PerGpu]) -> dict[str, Coun
         fixed = pool.reserved_counts(d.job.id)
         home = {n for n, _ in fixed} if fixed else set(d.base.nodes)
         for i, n in enumerate(servers):
+            if stay and fixed and n.name not in home:
+                continue
             if d.job.gpu_type in (None, n.gpu_type):
                 var.append((i, j))
                 cost.append(0.0 if n.name in home else float(d.job.num_gpus))
@@ -180,7 +190,7 @@ def spread_over_servers(rnd: Round, chosen: dict[str, PerGpu]) -> dict[str, Coun
         cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq.tocsr(), b_eq=np.ones(len(rnd.demands)), method="highs-ds"
     )
     if result.x is None:
-        return {}
+        return None
     whole: dict[str, Counts] = {}
     for k, (i, j) in enumerate(var):
         if result.x[k] > 1 - 1e-6:

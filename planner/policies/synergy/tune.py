@@ -36,8 +36,8 @@ from planner.policies.synergy.pool import Counts, Pool
 from planner.stages import SHAPINGS
 
 
-def proportional(d: Demand, prop: PerGpu) -> PerGpu:
-    return prop
+def proportional(rnd: Round, d: Demand, counts: Counts) -> PerGpu:
+    return rnd.prop(counts)
 
 
 @SHAPINGS.register("tune")

@@ -114,10 +114,11 @@ def sweep(
             }
         )
     write_result(
-        f"synergy_{name}",
+        f"synergy_{name}{args.suffix}",
         {
             "command": f"python -m benchmarks.synergy {name} --jobs {args.jobs} "
-            f"--window {args.window_start}:{args.window_end} --seed {args.seed}",
+            f"--window {args.window_start}:{args.window_end} --seed {args.seed} "
+            f"--mechanisms {args.mechanisms}" + (f" --rates {args.rates}" if args.rates else ""),
             "cluster": "16 x 8 V100, 500 GB, CPU:GPU 3 unless noted",
             "sim": "round 360 s, restart 30 s; durations at 3 CPUs, 62.5 GB per GPU",
             **described,
@@ -137,6 +138,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rates", default=None, help="comma-separated jobs/hour")
     parser.add_argument("--mechanisms", default=",".join(MECHANISMS))
+    parser.add_argument("--suffix", default="", help="appended to the result file's name")
     args = parser.parse_args()
     args.window_start, args.window_end = (int(x) for x in args.window.split(":"))
     mechanisms = args.mechanisms.split(",")

@@ -232,3 +232,26 @@ def test_slurm_down_for_a_tick_means_no_actions(live, tmp_path):
     again = controller(config, "las").tick()
     assert again.ok and again.actions == []
     assert json.loads(json.dumps(again.to_json()))["ok"] is True
+
+
+def test_status_and_snapshot_commands_read_the_live_state(live, tmp_path, capsys):
+    config = config_for(live, tmp_path / "spool")
+    job_id = submit_job(config, write_script(tmp_path, "seen", 2))
+    common = ["--slurm-conf", str(live.layout.conf), "--spool", str(config.spool_dir)]
+    assert main(["controller", "--once", "--scheduler", "fifo", *common]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["done"] == [f"r{report['round']}-start-{job_id}"]
+    assert main(["status", *common]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["rounds"][0]["actions"][0]["job"] == job_id and status["jobs"][job_id]["num_gpus"] == 2
+    wait_state(config, job_id, "RUNNING")
+    snapshot = tmp_path / "snap.json"
+    assert main(["snapshot", *common, "--out", str(snapshot)]) == 0
+    document = json.loads(snapshot.read_text())
+    (job,) = [j for j in document["jobs"] if j["id"] == job_id]
+    assert job["state"] == "running" and len(job["assignment"]["gpus"]) == 2
+    capsys.readouterr()
+    # The captured live snapshot replays offline: the same plan keeps the job where it is.
+    assert main(["plan", str(snapshot), "--scheduler", "fifo"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["assignments"][job_id]["gpus"] == job["assignment"]["gpus"]

@@ -191,14 +191,19 @@ def up(shape: ClusterShape, root: Path = DEFAULT_ROOT, timeout_s: float = 60.0) 
     A cluster already running there is an error (bring it down first); a dead one's
     leftovers are removed.
     """
+    if os.geteuid() != 0:
+        raise ClusterError(
+            "the test cluster needs root (slurmd runs jobs as root; fake GPUs are mknod devices)"
+        )
     install.ensure_installed(shape.accounting)
     root = root.resolve()
     if (root / STATE_FILE).exists():
         old = load(root)
         if any(pid is not None for pid in daemon_pids(old).values()):
             raise ClusterError(f"{root}: a test cluster is already running here ('mosaic testcluster down')")
-    if root.exists():
-        shutil.rmtree(root)
+        shutil.rmtree(root)  # a stopped cluster's leftovers
+    elif root.exists() and any(root.iterdir()):
+        raise ClusterError(f"{root}: exists and is not a test cluster's directory; choose another --dir")
     nodes = shape.nodes()
     extra = 2 if shape.accounting else 0
     ports = _pick_ports(root, 1 + len(nodes) + extra)

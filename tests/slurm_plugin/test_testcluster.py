@@ -109,3 +109,20 @@ def test_status_of_an_empty_directory_is_a_clear_error(tmp_path):
     with pytest.raises(lifecycle.ClusterError, match="no test cluster here"):
         lifecycle.status(tmp_path)
     assert os.listdir(tmp_path) == []
+
+
+def test_shard_cluster_offers_shards_of_its_gpus(slurm_cluster, tmp_path):
+    root = tmp_path / "shard"
+    cluster = lifecycle.up(shape_named("shard"), root)
+    try:
+        out = run(["sinfo", "-h", "-N", "-o", "%N %G"], env=cluster.env).stdout
+        assert sorted(set(out.split("\n")) - {""}) == ["n1 gpu:4,shard:8", "n2 gpu:4,shard:8"]
+    finally:
+        lifecycle.down(root)
+
+
+def test_a_foreign_directory_is_never_wiped(slurm_cluster, tmp_path):
+    (tmp_path / "precious.txt").write_text("keep me")
+    with pytest.raises(lifecycle.ClusterError, match="not a test cluster's directory"):
+        lifecycle.up(shape_named("homogeneous"), tmp_path)
+    assert (tmp_path / "precious.txt").read_text() == "keep me"

@@ -48,6 +48,9 @@ class SchedulerConfig:
     reconfiguration: str | None = None
     migration: str | None = None
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # When the published system plans: every round, or also at each arrival and completion
+    # (SJF-BSBF and SJF-FFS are event-driven, §V). A simulation uses it unless told otherwise.
+    trigger: str = "round"
 
     def with_overrides(self, **changes: Any) -> SchedulerConfig:
         """Apply the non-``None`` overrides (``preemptive`` may be set to either bool)."""
@@ -89,10 +92,20 @@ PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(
         # jobs that Theorem 1 approves (bsbf) or first-fit sharing (ffs, the paper's baseline).
         # Published event-driven: simulate with --trigger event.
         "sjf-bsbf": SchedulerConfig(
-            name="sjf-bsbf", policy="sjf", preemptive=False, placement="shared-consolidated", packing="bsbf"
+            name="sjf-bsbf",
+            trigger="event",
+            policy="sjf",
+            preemptive=False,
+            placement="shared-consolidated",
+            packing="bsbf",
         ),
         "sjf-ffs": SchedulerConfig(
-            name="sjf-ffs", policy="sjf", preemptive=False, placement="shared-consolidated", packing="ffs"
+            name="sjf-ffs",
+            trigger="event",
+            policy="sjf",
+            preemptive=False,
+            placement="shared-consolidated",
+            packing="ffs",
         ),
         # Synergy §5: FIFO by default (combine with --policy srtf|las|ftf); the runnable set is
         # chosen on GPUs, then the mechanism shapes CPUs and memory.

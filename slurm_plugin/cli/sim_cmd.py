@@ -52,8 +52,9 @@ def add_parser(
     p.add_argument(
         "--trigger",
         choices=("round", "event"),
-        default="round",
-        help="plan every round only, or also at every arrival and completion",
+        default=None,
+        help="plan every round only, or also at every arrival and completion "
+        "(default: the preset's own; event for sjf-bsbf and sjf-ffs)",
     )
     p.add_argument("--horizon-s", type=float, help="stop after this much simulated time")
     p.add_argument("--profiles", action="append", default=[], metavar="JSON", help="extra profile file(s)")
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         round_s=args.round_s,
         checkpoint_s=args.checkpoint_s,
         relaunch_s=args.relaunch_s,
-        trigger=args.trigger,
+        trigger=args.trigger or config.trigger,
         horizon_s=args.horizon_s,
     )
     log.info("simulating %d jobs on %d nodes with %s", len(trace), len(nodes), scheduler.name)
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         "gpus": simulator.total_gpus,
         "round_s": args.round_s,
         "restart_cost_s": sim_config.restart_cost_s,
-        "trigger": args.trigger,
+        "trigger": sim_config.trigger,
         "seed": args.seed,
         "profile_noise": args.profile_noise,
         "wall_time_s": wall,

@@ -29,7 +29,7 @@ from planner.errors import InputError
 from planner.execplan import PlanError, check_transition, plan_from_mapping, plan_to_mapping, resolve
 from wrapper import checkpoint, render, status
 from wrapper.deepspeed_resume import prepare_deepspeed_resume
-from wrapper.launch import TASK_SHIM, Supervisor, start_local, start_srun
+from wrapper.launch import TASK_SHIM, Supervisor, free_port, start_local, start_srun
 from wrapper.plandoc import JobPlan
 from wrapper.planfile import find_plan_file, read_plan_file
 
@@ -132,6 +132,9 @@ def _run(args: argparse.Namespace, command: list[str], env: dict[str, str], job_
         "MOSAIC_FRAMEWORK": framework,
         "MOSAIC_CHECKPOINT_DIR": str(ckpt_root),
         "MOSAIC_STATUS_DIR": str(status_dir),
+        # A port free on this node (the launch node, home of rank 0) beats one derived from the job
+        # id, which two jobs on one node can share; every rank inherits it (srun --export=ALL).
+        "MOSAIC_MASTER_PORT": env.get("MOSAIC_MASTER_PORT") or str(free_port()),
     }
     resume_path = latest.path if latest is not None else None
     if framework == "deepspeed":

@@ -16,9 +16,11 @@ stops the others at once when one rank fails, so no rank waits forever in a coll
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,7 +31,21 @@ from typing import IO
 log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 TASK_SHIM = (sys.executable, "-m", "wrapper.task", "--")
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (the kernel's pick), for the rendezvous of rank 0."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """In a local rank, before exec: get SIGKILL when mosaic-run dies, so no rank is ever orphaned."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def local_task_environments(workers: int, job_id: str, base: Mapping[str, str]) -> list[dict[str, str]]:
@@ -55,7 +71,12 @@ def start_local(
     """One process per rank, each in its own session (process group)."""
     return [
         subprocess.Popen(
-            [*TASK_SHIM, *command], env=rank_env, start_new_session=True, stdout=output, stderr=output
+            [*TASK_SHIM, *command],
+            env=rank_env,
+            start_new_session=True,
+            stdout=output,
+            stderr=output,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, safe before exec
         )
         for rank_env in local_task_environments(workers, job_id, env)
     ]

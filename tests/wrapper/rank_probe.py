@@ -23,7 +23,8 @@ def on_signal(signum, _frame):
     stop.append(signum)
 
 
-(out / f"env-{rank}.json").write_text(json.dumps({k: v for k, v in os.environ.items() if k.isupper()}))
+env = {k: v for k, v in os.environ.items() if k.isupper()}
+(out / f"env-{rank}.json").write_text(json.dumps({**env, "MOSAIC_PROBE_PID": str(os.getpid())}))
 if mode == "fail1" and rank == "1":
     sys.exit(3)
 for sig in (signal.SIGUSR1, signal.SIGTERM):

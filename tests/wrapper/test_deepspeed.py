@@ -52,7 +52,12 @@ def run_job(tmp_path, job_id, workers, zero_stage, *train_args, signal_after=Non
             assert time.monotonic() < deadline, "training made no progress"
             time.sleep(0.05)
         proc.send_signal(signal.SIGUSR1)
-    _, err = proc.communicate(timeout=600)
+    try:
+        _, err = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # its ranks die with it (PR_SET_PDEATHSIG): nothing is left running
+        proc.communicate()
+        raise
     return (
         proc.returncode,
         err,

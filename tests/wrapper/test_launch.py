@@ -85,7 +85,8 @@ def test_each_rank_gets_the_plan_and_the_torch_distributed_environment(tmp_path)
     proc.communicate(timeout=30)
     envs = [json.loads((out / f"env-{r}.json").read_text()) for r in range(2)]
     assert [e["RANK"] for e in envs] == ["0", "1"] and {e["WORLD_SIZE"] for e in envs} == {"2"}
-    assert {e["MASTER_ADDR"] for e in envs} == {"127.0.0.1"} and {e["MASTER_PORT"] for e in envs} == {"20501"}
+    assert {e["MASTER_ADDR"] for e in envs} == {"127.0.0.1"}
+    assert len({e["MASTER_PORT"] for e in envs}) == 1 and int(envs[0]["MASTER_PORT"]) > 0
     plan = json.loads(envs[0]["MOSAIC_EXEC_PLAN"])
     assert plan == {"dp": 2, "zero_stage": 1, "micro_batch": 4, "grad_accum": 1, "global_batch": 8}
     assert envs[0]["MOSAIC_PLAN_VERSION"] == "1"
@@ -93,6 +94,26 @@ def test_each_rank_gets_the_plan_and_the_torch_distributed_environment(tmp_path)
     (begun,) = planfile.read_heartbeats(spool, "501")  # mosaic-run's own record; the probe reports nothing
     assert begun["event"] == "start" and begun["plan_version"] == 1 and begun["world_size"] == 2
     assert begun["step"] == 0 and begun["plan"]["zero_stage"] == 1
+
+
+def test_no_rank_outlives_a_killed_mosaic_run(tmp_path):
+    proc, out = start(tmp_path, "ignore1")
+    wait_ready(out, 3, proc)
+    pids = [int(json.loads((out / f"env-{r}.json").read_text())["MOSAIC_PROBE_PID"]) for r in range(3)]
+    proc.kill()  # no chance to forward anything: the ranks must still go
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in pids):
+        assert time.monotonic() < deadline, "a rank outlived mosaic-run"
+        time.sleep(0.05)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_output_is_appended_across_restarts(tmp_path):

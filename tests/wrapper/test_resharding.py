@@ -59,7 +59,12 @@ def run_job(tmp_path, job_id, workers, *train_args, signal_after=None, grace="20
             assert time.monotonic() < deadline, "training made no progress"
             time.sleep(0.05)
         proc.send_signal(signal.SIGUSR1)
-    _, err = proc.communicate(timeout=300)
+    try:
+        _, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # its ranks die with it (PR_SET_PDEATHSIG): nothing is left running
+        proc.communicate()
+        raise
     return (
         proc.returncode,
         err,

@@ -85,7 +85,7 @@ def test_a_slurm_job_is_signalled_requeued_with_4_gpus_and_resumes(cluster, tmp_
     script.write_text(
         "#!/bin/bash\n"
         f"#SBATCH -J reshard -p other -N1 -w n1 --gres=gpu:2 -c 4 --mem=4G -o {out} --open-mode=append\n"
-        f"exec {BIN / 'mosaic-run'} --framework torch --grace-s 4 --checkpoint-dir {tmp_path / 'ckpt'} "
+        f"exec {BIN / 'mosaic-run'} --framework torch --grace-s 30 --checkpoint-dir {tmp_path / 'ckpt'} "
         f"-- {sys.executable} {TRAIN} --steps {STEPS} --loss-log {log} --step-sleep 0.3\n"
     )
     env = {**os.environ, **cluster.env, "MOSAIC_SPOOL": str(spool), "PYTHONPATH": str(ROOT)}
@@ -94,6 +94,13 @@ def test_a_slurm_job_is_signalled_requeued_with_4_gpus_and_resumes(cluster, tmp_
     )
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
+    try:
+        _run_and_check(cluster, job, tmp_path, spool, log, out)
+    finally:
+        subprocess.run(["scancel", job], env=env, capture_output=True)  # a failed test leaves no job behind
+
+
+def _run_and_check(cluster, job, tmp_path, spool, log, out):
     planfile.write_plan(spool, job, None, Assignment((("n1", 0), ("n1", 1)), 4, 4.0, PLAN))
     slurm(cluster, "scontrol", "release", job)
 

@@ -14,9 +14,22 @@ Its first heartbeat records what Slurm gave it (``CUDA_VISIBLE_DEVICES``,
 ``SLURM_CPUS_ON_NODE``, ``SLURM_MEM_PER_NODE``, the node), which is how the integration
 tests check from inside the job that it runs with exactly the planned resources.
 
-Speed: 1.0 at the GPU count the job asked for; with another GPU count it scales
-linearly (``--scaling linear``, the emulated job is perfectly data parallel) or not at
-all (``--scaling none``).
+Speed, with ``--model M --cluster FILE`` (what ``mosaic demo`` passes): the simulator's
+:class:`planner.sim.progress.SpeedModel` for the assignment Slurm gave the job, so a
+trace runs live at the pace ``mosaic sim`` assumes (GPU type, Synergy CPU/memory
+sensitivity, gradient accumulation in the plan, co-location). The assignment is read
+from inside the job (:mod:`slurm_plugin.emulate_speed`): nodes from
+``SLURM_JOB_NODELIST``, GPUs from ``SLURM_JOB_GPUS``/``CUDA_VISIBLE_DEVICES``, CPUs and
+memory from ``SLURM_CPUS_ON_NODE``/``SLURM_MEM_PER_NODE``, the execution plan and GPU
+partners from the job's plan file; the node shapes from the cluster TOML. ``--duration-s``
+is then the run time at the reference allocation, as a trace's ``duration_s``. The speed
+is computed once per run (a new plan means a requeue, hence a new run). The planner's
+imports take about a second; the job installs its signal handlers first and counts
+progress from its own start, so that second does not stretch the emulated run.
+
+Without ``--model``/``--cluster``: 1.0 at the GPU count the job asked for; with another
+GPU count it scales linearly (``--scaling linear``, the emulated job is perfectly data
+parallel) or not at all (``--scaling none``).
 """
 
 from __future__ import annotations
@@ -99,10 +112,19 @@ class EmulatedJob:
         write_atomic(self.status / CHECKPOINT_MARKER, json.dumps(marker) + "\n")
         self.heartbeat("checkpoint")
 
-    def run(self, env: Mapping[str, str], gpus: int, tick_s: float = 0.1) -> int:
-        self.heartbeat("start", {"env": {k: env.get(k) for k in ENV_KEYS}, "gpus": gpus})
-        rate = self.speed(gpus) * self.time_scale / self.duration_s  # progress per real second
-        last = self.clock()
+    def run(
+        self,
+        env: Mapping[str, str],
+        gpus: int,
+        tick_s: float = 0.1,
+        speed: float | None = None,
+        started: float | None = None,
+    ) -> int:
+        """Run to the end; ``speed`` overrides the GPU-count rule, progress counts from ``started``."""
+        speed = self.speed(gpus) if speed is None else speed
+        self.heartbeat("start", {"env": {k: env.get(k) for k in ENV_KEYS}, "gpus": gpus, "speed": speed})
+        rate = speed * self.time_scale / self.duration_s  # progress per real second
+        last = self.clock() if started is None else started
         last_beat = last
         while self.progress < 1.0:
             if self.checkpoint_requested:
@@ -157,7 +179,12 @@ def main(
     scaling: str,
     requested_gpus: int | None,
     exit_on_checkpoint: bool = False,
+    model: str | None = None,
+    cluster_file: str | None = None,
+    batch_size: int | None = None,
+    gpu_type: str | None = None,
 ) -> int:
+    started = time.monotonic()
     env = dict(os.environ)
     job_id = env.get("SLURM_JOB_ID") or "local"
     spool = Path(env.get("MOSAIC_SPOOL") or "/var/spool/mosaic")
@@ -171,21 +198,62 @@ def main(
         scaling,
         exit_on_checkpoint=exit_on_checkpoint,
     )
-    job.install_handlers()
-    return job.run(env, gpus)
+    job.install_handlers()  # before the planner's imports: a checkpoint signal only sets a flag
+    speed = None
+    if model is not None or cluster_file is not None:
+        if model is None or cluster_file is None:
+            raise SystemExit("mosaic emulate: --model and --cluster go together (the speed model needs both)")
+        from planner.traces.records import TraceJob
+        from slurm_plugin import emulate_speed
+
+        trace_job = TraceJob(job_id, 0.0, max(1, gpus), duration_s, model, batch_size, gpu_type=gpu_type)
+        emulate_speed.write_identity(job.status, trace_job)
+        speed, _ = emulate_speed.job_speed(
+            env, spool, trace_job, emulate_speed.nodes_from_cluster_file(cluster_file)
+        )
+    return job.run(env, gpus, speed=speed, started=started)
+
+
+def add_arguments(parser: Any) -> None:
+    """The options of ``mosaic emulate`` and ``python -m slurm_plugin.emulate``."""
+    parser.add_argument("--duration-s", type=float, required=True, help="emulated run time (see --model)")
+    parser.add_argument("--time-scale", type=float, default=1.0, help="emulated seconds per real second")
+    parser.add_argument("--scaling", choices=("linear", "none"), default="linear")
+    parser.add_argument("--requested-gpus", type=int, help="the GPU count --duration-s refers to")
+    parser.add_argument(
+        "--exit-on-checkpoint", action="store_true", help="exit after the checkpoint (as mosaic-run does)"
+    )
+    parser.add_argument(
+        "--model",
+        help="run at the simulator's speed for this model on the job's Slurm resources "
+        "(--duration-s is then the run time at the reference allocation; needs --cluster)",
+    )
+    parser.add_argument("--cluster", dest="cluster_file", help="cluster TOML naming the job's nodes' shapes")
+    parser.add_argument("--batch-size", type=int, help="global batch size (the profile's, when omitted)")
+    parser.add_argument("--gpu-type", help="GPU type --duration-s was measured on (any, when omitted)")
+
+
+def main_from_args(a: Any) -> int:
+    return main(
+        a.duration_s,
+        a.time_scale,
+        a.scaling,
+        a.requested_gpus,
+        a.exit_on_checkpoint,
+        a.model,
+        a.cluster_file,
+        a.batch_size,
+        a.gpu_type,
+    )
 
 
 if __name__ == "__main__":
-    # ``python -m slurm_plugin.emulate --duration-s D [--time-scale F] [--exit-on-checkpoint]``:
-    # the fast entry for job scripts (``mosaic emulate`` loads the whole CLI first).
+    # ``python -m slurm_plugin.emulate --duration-s D [--time-scale F] [--exit-on-checkpoint]
+    # [--model M --cluster FILE]``: the fast entry for job scripts (``mosaic emulate`` loads the
+    # whole CLI first).
     import argparse
     import sys
 
     parser = argparse.ArgumentParser(prog="python -m slurm_plugin.emulate")
-    parser.add_argument("--duration-s", type=float, required=True)
-    parser.add_argument("--time-scale", type=float, default=1.0)
-    parser.add_argument("--scaling", choices=("linear", "none"), default="linear")
-    parser.add_argument("--requested-gpus", type=int)
-    parser.add_argument("--exit-on-checkpoint", action="store_true")
-    a = parser.parse_args()
-    sys.exit(main(a.duration_s, a.time_scale, a.scaling, a.requested_gpus, a.exit_on_checkpoint))
+    add_arguments(parser)
+    sys.exit(main_from_args(parser.parse_args()))

@@ -10,11 +10,14 @@ metrics module:
 * start = the first run's ``Start``; finish = the last run's ``End`` when it ``COMPLETED``;
 * restarts = preemptions = runs that ended ``REQUEUED``; a migration = a requeued run
   followed by one on another node list (sacct does not record GPU indices);
-* attained GPU-s and allocated GPU-/CPU-seconds = each run's ``AllocTRES`` times its length.
+* attained GPU-s and allocated GPU-/CPU-seconds = each run's ``AllocTRES`` times its length;
+  a ``gres/shard`` counts as half a GPU (:data:`SHARDS_PER_GPU`; needs
+  ``AccountingStorageTRES=gres/gpu,gres/shard``, else sacct does not record shards).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,7 +34,7 @@ class Run:
     submit: float | None
     start: float | None
     end: float | None
-    gpus: int
+    gpus: float  # a shard counts as 1 / SHARDS_PER_GPU of a GPU
     cpus: int
     nodes: str
 
@@ -42,6 +45,17 @@ class Report:
     runs: dict[str, list[Run]]
     allocated_gpu_s: float
     allocated_cpu_s: float
+
+
+SHARDS_PER_GPU = 2
+"""``gres/shard`` per GPU on a Mosaic shard cluster (``Name=shard Count=2`` per GPU): a job
+sharing a GPU holds one shard, so its GPU-hours count half a GPU's, and the two partners
+of a pair add up to the GPU (README, "Sharing GPUs on the live path")."""
+
+
+def gpus_of(tres: Mapping[str, str], shards_per_gpu: int = SHARDS_PER_GPU) -> float:
+    """GPUs a TRES list holds: ``gres/gpu`` plus ``gres/shard`` / ``shards_per_gpu``."""
+    return _count(tres, "gres/gpu") + _count(tres, "gres/shard") / shards_per_gpu
 
 
 def _count(tres: Mapping[str, str], key: str) -> int:
@@ -64,7 +78,11 @@ def build_report(rows: Iterable[Mapping[str, str]], partitions: Sequence[str], n
         job_runs = [_run(job_id, r) for r in job_rows]
         runs[job_id] = job_runs
         first = job_rows[0]
-        requested = _count(tres_map(first.get("ReqTRES", "")), "gres/gpu")
+        # A shard job asks for a share of one GPU per node: it is a 1-GPU-per-node job.
+        req_tres = tres_map(first.get("ReqTRES", ""))
+        requested = _count(req_tres, "gres/gpu")
+        if not requested and _count(req_tres, "gres/shard"):
+            requested = _count(req_tres, "node") or 1
         meta = decode_comment(first.get("Comment", "")) or {}
         attained = 0.0
         for run in job_runs:
@@ -89,7 +107,7 @@ def build_report(rows: Iterable[Mapping[str, str]], partitions: Sequence[str], n
         records.append(
             JobRecord(
                 job_id=job_id,
-                num_gpus=requested or last.gpus,
+                num_gpus=requested or math.ceil(last.gpus),
                 submit_time_s=job_runs[0].submit or now,
                 start_time_s=min(starts) if starts else None,
                 finish_time_s=last.end if finished else None,
@@ -125,7 +143,7 @@ def _run(job_id: str, row: Mapping[str, str]) -> Run:
         submit=parse_time(row.get("Submit", "")),
         start=parse_time(row.get("Start", "")),
         end=parse_time(row.get("End", "")),
-        gpus=_count(alloc, "gres/gpu"),
+        gpus=gpus_of(alloc),
         cpus=_count(alloc, "cpu"),
         nodes=row.get("NodeList", ""),
     )

@@ -95,7 +95,7 @@ def write_plot(report: Report, path: Path, total_gpus: int) -> None:
     fig, (gantt, busy) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
     starts = [run.start for runs in report.runs.values() for run in runs if run.start is not None]
     origin = min(starts) if starts else 0.0
-    events: list[tuple[float, int]] = []
+    events: list[tuple[float, float]] = []
     for row, record in enumerate(report.records):
         for run in report.runs.get(record.job_id, []):
             if run.start is None:
@@ -106,9 +106,9 @@ def write_plot(report: Report, path: Path, total_gpus: int) -> None:
             events += [(run.start - origin, run.gpus), (end - origin, -run.gpus)]
     gantt.set_yticks(range(len(report.records)), [r.job_id for r in report.records])
     gantt.set_ylabel("job (red: run ended by a requeue)")
-    level = 0
+    level = 0.0
     xs: list[float] = []
-    ys: list[int] = []
+    ys: list[float] = []
     for t, delta in sorted(events):
         level += delta
         xs.append(t)

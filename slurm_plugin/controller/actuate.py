@@ -87,8 +87,10 @@ def diff(obs: Observation, assignments: Mapping[str, Assignment], round_id: int)
         if current is not None:
             if target is None:
                 stops.append(Action(Kind.STOP, job_id, request_id(round_id, Kind.STOP, job_id), "preempted"))
-            elif slurm_shape(current) != slurm_shape(target) or (current.plan or None) != (
-                target.plan or None
+            elif (
+                slurm_shape(current) != slurm_shape(target)
+                or (current.plan or None) != (target.plan or None)
+                or sj.shards_per_node > wanted_shards(target, sj.shards_per_node)
             ):
                 why = _relaunch_reason(current, target)
                 stops.append(Action(Kind.STOP, job_id, request_id(round_id, Kind.STOP, job_id), why))
@@ -109,21 +111,39 @@ def _relaunch_reason(current: Assignment, target: Assignment) -> str:
         return "moved"
     if current.num_gpus != target.num_gpus:
         return "resized"
+    if target.shares_with and not current.shares_with:
+        return "shared"
     return "reshaped"
 
 
-def start_fields(a: Assignment, audit: str) -> dict[str, str]:
+def wanted_shards(a: Assignment, whole_gpu: int) -> int:
+    """The ``gres/shard`` count per node a shard job gets for ``a`` (pure).
+
+    On a shard cluster every job of a packing preset runs on shards (README, "Sharing
+    GPUs on the live path"): alone on its GPU it holds all of them (``whole_gpu``, so
+    Slurm can put nothing beside it), sharing it holds one, so two partners fill the GPU
+    (SJF-BSBF §IV: at most two jobs per GPU). A job without shards (``whole_gpu`` 0)
+    gets none.
+    """
+    if whole_gpu <= 0:
+        return 0
+    return 1 if a.shares_with else whole_gpu
+
+
+def start_fields(a: Assignment, audit: str, shards: int = 0) -> dict[str, str]:
     """``scontrol update`` fields that give a pending job exactly ``a`` (pure).
 
     ``Gres`` is per node, so a job spread over nodes must have the same GPU count on
     each (checked by :func:`infeasible`). ``MinMemoryNode`` takes integer MB only.
+    ``shards`` > 0: the job was submitted with ``gres/shard`` and gets ``shard:<shards>``
+    (one GPU per node; Slurm 22.05 refuses to turn a ``gpu`` request into shards or back).
     """
     counts = {g for _, g in a.per_node}
     (per_node,) = counts
     nodes = len(a.per_node)
     return {
         "NumNodes": f"{nodes}-{nodes}",
-        "Gres": f"gpu:{per_node}",
+        "Gres": f"shard:{shards}" if shards > 0 else f"gpu:{per_node}",
         "NumCPUs": str(a.cpus),
         "MinCPUsNode": str(max(1, a.cpus // nodes)),
         "MinMemoryNode": str(mem_mb_per_node(a)),
@@ -148,6 +168,38 @@ def infeasible(a: Assignment, nodes: Mapping[str, SlurmNode]) -> str | None:
                 f"node {name} has {node.gpus} GPUs, {node.cpus} CPUs, {node.mem_mb} MB; "
                 f"asked {gpus} GPUs, {cpus_per_node} CPUs, {mem} MB"
             )
+    return None
+
+
+def shard_infeasible(a: Assignment, sj: SlurmJob, nodes: Mapping[str, SlurmNode]) -> str | None:
+    """Why Slurm could not run ``a`` as ``sj`` was submitted, where GPUs are shared (``None``: it can).
+
+    Measured on Slurm 22.05 (SLURM-NOTES "Sharing GPUs"; the test cluster's ``shard``
+    shape): ``scontrol update`` rejects ``Gres=shard:N`` on a job submitted with
+    ``--gres=gpu`` ("Invalid generic resource specification") and ``Gres=gpu:N`` on one
+    submitted with shards, while a shard count can change; ``shard:N`` lands on one GPU,
+    and more shards than a GPU has never run.
+    """
+    if sj.shards_per_node == 0:
+        if a.shares_with:
+            return (
+                f"job {sj.id} shares a GPU with {', '.join(a.shares_with)} but was submitted with "
+                "--gres=gpu; Slurm cannot turn it into gres/shard: "
+                "submit it with --gres=shard:<shards per GPU>"
+            )
+        return None
+    for name, gpus in a.per_node:
+        node = nodes.get(name)
+        if node is not None and node.shards_per_gpu == 0:
+            return f"job {sj.id} asks gres/shard but node {name} offers none (GresTypes=gpu,shard)"
+        if gpus > 1:
+            return (
+                f"job {sj.id} runs on shards but is planned on {gpus} GPUs of {name}: "
+                "Slurm puts all of a job's shards on a node on one GPU"
+            )
+    whole = max((n.shards_per_gpu for n in nodes.values()), default=0)
+    if wanted_shards(a, whole) > min((nodes[n].shards_per_gpu for n in a.nodes if n in nodes), default=0):
+        return f"job {sj.id}: shard:{wanted_shards(a, whole)} exceeds a GPU's shards on {', '.join(a.nodes)}"
     return None
 
 
@@ -319,14 +371,16 @@ class Actuator:
                 else:
                     self._skip(a, round_id, result, f"job is {sj.state if sj else 'gone'}, not pending")
                 continue
-            why = infeasible(a.assignment, obs.nodes)
+            why = infeasible(a.assignment, obs.nodes) or shard_infeasible(a.assignment, sj, obs.nodes)
             if why is not None:
                 self._skip(a, round_id, result, f"infeasible: {why}")
                 continue
             version = self.store.next_plan_version(a.job_id)
             try:
                 planfile.write_plan(self.config.spool_dir, a.job_id, version, a.assignment)
-                self.client.update([a.job_id], start_fields(a.assignment, self._audit_text(a, round_id)))
+                shards = wanted_shards(a.assignment, obs.shards_per_gpu if sj.shards_per_node else 0)
+                fields = start_fields(a.assignment, self._audit_text(a, round_id), shards)
+                self.client.update([a.job_id], fields)
                 # One release per job: a crash between two starts leaves each job either
                 # started (and logged) or untouched, so re-applying the round is exact.
                 self.client.release([a.job_id])
@@ -368,7 +422,7 @@ def _runs_as(sj: SlurmJob, a: Assignment) -> bool:
     per_node = dict(a.per_node)
     return (
         set(sj.nodes) == set(per_node)
-        and all(sj.gpus_per_node == g for g in per_node.values())
+        and all(sj.gpus_held_per_node == g for g in per_node.values())
         and sj.cpus == a.cpus
         and (sj.memory_mb_per_node() or 0) == mem_mb_per_node(a)
     )

@@ -124,7 +124,7 @@ class Observer:
                 continue
             if sj.state in RUNNING_STATES and sj.start_time is not None:
                 since = max(record.accounted_until_s or sj.start_time, sj.start_time)
-                gpus = sj.gpus_per_node * max(1, len(sj.nodes))
+                gpus = sj.gpus_held_per_node * max(1, len(sj.nodes))
                 progress = planfile.last_progress(self.config.spool_dir, sj.id)
                 updates[sj.id] = (
                     record.attained_gpu_s + gpus * max(0.0, now - since),

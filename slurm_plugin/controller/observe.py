@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from planner.model import Assignment, Job, JobState, Node, Snapshot
@@ -43,13 +43,18 @@ class Observation:
     finished: tuple[str, ...]  # managed jobs Slurm lists as ended
 
     @property
+    def shards_per_gpu(self) -> int:
+        """``gres/shard`` per GPU on the managed nodes (0: not a shard cluster)."""
+        return max((n.shards_per_gpu for n in self.nodes.values()), default=0)
+
+    @property
     def running(self) -> dict[str, SlurmJob]:
         return {j: s for j, s in self.managed.items() if s.state == "RUNNING"}
 
 
 def job_gpus(sj: SlurmJob) -> int:
-    """The GPUs a job's Slurm request asks for (all nodes)."""
-    return sj.gpus_per_node * max(1, sj.num_nodes)
+    """The GPUs a job's Slurm request asks for (all nodes; a shard job holds one GPU per node)."""
+    return sj.gpus_held_per_node * max(1, sj.num_nodes)
 
 
 def job_meta(sj: SlurmJob, record: JobRecord | None) -> dict[str, Any]:
@@ -116,8 +121,28 @@ def build_observation(
         )
         for n in sorted(usable.values(), key=lambda n: _natural(n.name))
     )
-    snapshot = Snapshot(time_s=now, nodes=nodes, jobs=tuple(jobs))
+    snapshot = Snapshot(time_s=now, nodes=nodes, jobs=with_partners(jobs))
     return Observation(now, snapshot, managed, usable, tuple(finished))
+
+
+def with_partners(jobs: Sequence[Job]) -> tuple[Job, ...]:
+    """Running jobs Slurm put on the same GPU (two shard jobs) list each other in
+    ``shares_with``, as the planner's sharing stages expect of a pair that already shares."""
+    on_gpu: dict[tuple[str, int], list[str]] = {}
+    for job in jobs:
+        if job.assignment is not None:
+            for gpu in job.assignment.gpus:
+                on_gpu.setdefault(gpu, []).append(job.id)
+    out = []
+    for job in jobs:
+        a = job.assignment
+        if a is not None:
+            partners = sorted({p for gpu in a.gpus for p in on_gpu[gpu] if p != job.id})
+            if partners:
+                out.append(replace(job, assignment=replace(a, shares_with=tuple(partners))))
+                continue
+        out.append(job)
+    return tuple(out)
 
 
 def node_gpu_type(node: SlurmNode, config: ControllerConfig) -> str:
@@ -141,7 +166,7 @@ def running_assignment(
     by_node = dict(sj.gpu_indices)
     gpus: list[tuple[str, int]] = []
     for node in sj.nodes:
-        indices = by_node.get(node) or tuple(range(sj.gpus_per_node))  # no gres_detail: assume the first
+        indices = by_node.get(node) or tuple(range(sj.gpus_held_per_node))  # no gres_detail: assume the first
         gpus += [(node, k) for k in indices]
     if not gpus:
         return None

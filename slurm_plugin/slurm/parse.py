@@ -96,11 +96,13 @@ def gres_counts(text: str) -> dict[str, int]:
     return counts
 
 
-_GPU_DETAIL = re.compile(r"gpu(?::[^:(,]+)?:(\d+)\(IDX:([^)]*)\)")
+# A shard job's entry names the GPU its shards belong to the same way (``shard:1(IDX:0)``,
+# captured from Slurm 22.05 in tests/data/slurm/squeue_shard.json).
+_GPU_DETAIL = re.compile(r"(?:gpu|shard)(?::[^:(,]+)?:(\d+)\(IDX:([^)]*)\)")
 
 
 def gpu_indices(detail: str) -> tuple[int, ...]:
-    """GPU indices in one ``gres_detail`` entry (``gpu:2(IDX:1-2)``; none: ``()``)."""
+    """GPU indices in one ``gres_detail`` entry (``gpu:2(IDX:1-2)``, ``shard:1(IDX:0)``; none: ``()``)."""
     m = _GPU_DETAIL.search(detail)
     if m is None or m.group(2) in {"", "N/A"}:
         return ()
@@ -201,6 +203,12 @@ class SlurmJob:
         return self.state == "PENDING" and self.priority == 0
 
     @property
+    def gpus_held_per_node(self) -> int:
+        """GPUs the job occupies on each node: its ``gpu`` count, or 1 for a shard job
+        (Slurm 22.05 puts all of a job's shards on a node on one GPU: SLURM-NOTES)."""
+        return self.gpus_per_node or (1 if self.shards_per_node else 0)
+
+    @property
     def is_pending(self) -> bool:
         return self.state == "PENDING"
 
@@ -280,6 +288,11 @@ class SlurmNode:
     alloc_mem_mb: int
     gpus_used: int
     reason: str
+
+    @property
+    def shards_per_gpu(self) -> int:
+        """``gres/shard`` per GPU (0: the node offers no shards)."""
+        return self.shards // self.gpus if self.gpus else 0
 
     @property
     def usable(self) -> bool:

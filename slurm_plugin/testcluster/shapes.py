@@ -160,7 +160,10 @@ def render_slurm_conf(shape: ClusterShape, layout: Layout, job_submit_lua: bool 
             f"AccountingStoragePort={layout.dbd_port}",
             f"AccountingStoragePass={layout.munge_socket}",
             "AccountingStoreFlags=job_comment",
-            "AccountingStorageTRES=gres/gpu",
+            # gres/shard too where GPUs are shared, so sacct's AllocTRES shows the shards.
+            "AccountingStorageTRES=gres/gpu,gres/shard"
+            if shape.uses_shards
+            else "AccountingStorageTRES=gres/gpu",
         ]
     else:
         lines.append("AccountingStorageType=accounting_storage/none")

@@ -100,19 +100,16 @@ def sweep(
     started = time.perf_counter()
     rows = []
     for case in cases:
-        nodes = cluster(cpus_per_gpu=case.pop("cpus_per_gpu", 3))
-        rows.append(
-            {
-                **case,
-                **run(
-                    nodes,
-                    jobs=args.jobs,
-                    window=(args.window_start, args.window_end),
-                    seed=args.seed,
-                    **case,
-                ),
-            }
+        ratio = case.get("cpus_per_gpu", 3)
+        sim_case = {k: v for k, v in case.items() if k != "cpus_per_gpu"}
+        row = run(
+            cluster(cpus_per_gpu=ratio),
+            jobs=args.jobs,
+            window=(args.window_start, args.window_end),
+            seed=args.seed,
+            **sim_case,
         )
+        rows.append({**case, "cpus_per_gpu": ratio, **row})
     write_result(
         f"synergy_{name}{args.suffix}",
         {

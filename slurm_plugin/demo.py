@@ -10,11 +10,19 @@ side by side (``mosaic sim``'s keys both).
 Times: the trace is in emulated seconds; ``time_scale`` emulated seconds pass per real
 second (the emulated jobs advance that fast), so every time in the summaries is real
 seconds and the simulation runs on the trace divided by ``time_scale``.
+
+Speed: each emulated job advances at the simulator's speed (:class:`planner.sim.progress.SpeedModel`)
+for its model on the resources Slurm gave it, read inside the job; the demo writes the
+test cluster's shape as a cluster TOML next to the job scripts (``scripts/cluster.toml``)
+and passes it, with the model, on the job's ``emulate`` command line. So a job the
+controller gives fewer CPUs, less memory, another GPU type, a plan with gradient
+accumulation or a GPU partner runs live as much slower as the simulator says.
 """
 
 from __future__ import annotations
 
 import logging
+import shlex
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -69,17 +77,34 @@ class DemoResult:
     slurm_ids: dict[str, str]
 
 
-def _script(directory: Path, job: TraceJob, time_scale: float, python: str) -> Path:
+def _script(directory: Path, job: TraceJob, time_scale: float, python: str, cluster_file: Path) -> Path:
+    """The job's batch script: the emulated job runs at the simulator's speed for the model on
+    whatever Slurm gives it (``--model``, ``--cluster``: :mod:`slurm_plugin.emulate_speed`)."""
     path = directory / f"{job.job_id}.sh"
+    speed_args = f"--model {shlex.quote(job.model)} --cluster {shlex.quote(str(cluster_file))}"
+    if job.batch_size is not None:
+        speed_args += f" --batch-size {job.batch_size}"
+    if job.gpu_type is not None:
+        speed_args += f" --gpu-type {shlex.quote(job.gpu_type)}"
     path.write_text(
         "#!/bin/bash\n"
         f"#SBATCH -J {job.job_id} --gres=gpu:{job.num_gpus} -c {job.num_gpus} --mem={job.num_gpus}G\n"
         "#SBATCH -o /dev/null\n"
         f"#MOSAIC --model {job.model} --duration-s {job.duration_s / time_scale:g}\n"
         "trap '' USR1  # until the job's own handler is installed, a checkpoint signal must not kill it\n"
-        f"exec {python} -m slurm_plugin.emulate --duration-s {job.duration_s:g} --time-scale {time_scale:g}\n"
+        f"exec {python} -m slurm_plugin.emulate --duration-s {job.duration_s:g} --time-scale {time_scale:g} "
+        f"{speed_args}\n"
     )
     return path
+
+
+def shape_toml(shape: ClusterShape) -> str:
+    """The test cluster as a cluster TOML (the simulator's nodes and the emulated jobs' node shapes)."""
+    return "\n".join(
+        f'[[nodes]]\ncount = {g.count}\ngpus = {g.gpus}\ngpu_type = "{g.gpu_type}"\n'
+        f'cpus = {g.cpus}\nmem_gb = {g.mem_gb}\nname_prefix = "{g.prefix}"\n'
+        for g in shape.groups
+    )
 
 
 def run_demo(
@@ -115,6 +140,8 @@ def run_demo(
         controller = Controller(client, Store(config.store_path), config, scheduler)
         scripts = root / "scripts"
         scripts.mkdir(parents=True, exist_ok=True)
+        cluster_file = scripts / "cluster.toml"
+        cluster_file.write_text(shape_toml(shape))
         started = time.time()
         since = datetime.fromtimestamp(started - 1).strftime("%Y-%m-%dT%H:%M:%S")
         slurm_ids: dict[str, str] = {}
@@ -123,7 +150,7 @@ def run_demo(
             tick_start = time.time()
             while queue and queue[0].submit_time_s / time_scale <= tick_start - started:
                 job = queue.pop(0)
-                script = _script(scripts, job, time_scale, python)
+                script = _script(scripts, job, time_scale, python, cluster_file)
                 meta = {"model": job.model, "duration_s": job.duration_s / time_scale}
                 env = {"MOSAIC_SPOOL": str(config.spool_dir)}
                 slurm_ids[job.job_id] = client.submit(str(script), [], encode_comment(meta), env)
@@ -194,12 +221,7 @@ def simulate(
     ``restart_s`` is the live path's stop-to-running time (checkpoint + requeue +
     relaunch, ~2 s on the test cluster).
     """
-    toml = "\n".join(
-        f'[[nodes]]\ncount = {g.count}\ngpus = {g.gpus}\ngpu_type = "{g.gpu_type}"\n'
-        f'cpus = {g.cpus}\nmem_gb = {g.mem_gb}\nname_prefix = "{g.prefix}"\n'
-        for g in shape.groups
-    )
-    nodes = cluster_from_toml(toml, source=f"test cluster {shape.name}")
+    nodes = cluster_from_toml(shape_toml(shape), source=f"test cluster {shape.name}")
     scaled = [
         replace(j, submit_time_s=j.submit_time_s / time_scale, duration_s=j.duration_s / time_scale)
         for j in jobs

@@ -19,7 +19,7 @@ from benchmarks.common import write_result
 from planner.config import preset
 from slurm_plugin.demo import BUNDLED_TRACE, run_demo
 
-KEYS = ("avg_jct_s", "p50_jct_s", "makespan_s", "avg_queue_s", "restarts", "gpu_util")
+KEYS = ("avg_jct_s", "p50_jct_s", "makespan_s", "avg_queue_s", "restarts", "gpu_util", "rounds")
 
 
 def main() -> None:

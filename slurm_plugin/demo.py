@@ -186,7 +186,13 @@ def run_demo(
         )
     finally:
         lifecycle.down(root / "cluster")
-    live.update(scheduler=scheduler.name, trace="bundled demo trace", time_scale=time_scale, round_s=round_s)
+    live.update(
+        scheduler=scheduler.name,
+        trace="bundled demo trace",
+        time_scale=time_scale,
+        round_s=round_s,
+        rounds=len(decisions),  # rounds the controller planned (a slow tick plans fewer than the clock's)
+    )
     sim = simulate(jobs, shape, scheduler_config, time_scale, round_s)
     return DemoResult(live, sim, report, slurm_ids)
 
@@ -234,4 +240,5 @@ def simulate(
         "gpus": sum(n.gpus for n in nodes),
         "round_s": round_s,
         "restart_cost_s": restart_s,
+        "rounds": len(result.decision_times_s),
     }

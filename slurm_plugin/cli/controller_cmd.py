@@ -14,9 +14,11 @@ from planner.errors import ConfigError
 from slurm_plugin.cli.scheduler_args import add_scheduler_args, scheduler_config
 from slurm_plugin.controller.config import ControllerConfig, controller_config
 from slurm_plugin.controller.loop import Controller, Observer
+from slurm_plugin.controller.observe import sharing_notice
 from slurm_plugin.files import read_toml, write_json
 from slurm_plugin.profiles_file import load_profile_store
 from slurm_plugin.slurm.backend import CliSlurm
+from slurm_plugin.slurm.runner import SlurmError
 from slurm_plugin.store import Store
 from slurm_plugin.submit import submit
 
@@ -103,11 +105,10 @@ def run_controller(args: argparse.Namespace) -> int:
     sched_config = scheduler_config(args)
     scheduler = build_scheduler(sched_config, load_profile_store(args.profiles))
     if scheduler.max_jobs_per_gpu > 1:
-        log.warning(
-            "scheduler %s packs jobs onto shared GPUs; the live path applies whole-GPU plans only, "
-            "so a job planned onto a shared GPU waits until it is free",
-            scheduler.name,
-        )
+        try:
+            log.warning("%s", sharing_notice(scheduler.name, _client(config).nodes(), config.partitions))
+        except SlurmError as e:
+            log.warning("scheduler %s shares GPUs; nodes not read (%s)", scheduler.name, e)
     store = Store(config.store_path)
     try:
         controller = Controller(_client(config), store, config, scheduler)

@@ -145,6 +145,22 @@ def with_partners(jobs: Sequence[Job]) -> tuple[Job, ...]:
     return tuple(out)
 
 
+def sharing_notice(scheduler: str, nodes: Sequence[SlurmNode], partitions: Sequence[str]) -> str:
+    """What a packing preset will do on these nodes (logged at start-up; pure)."""
+    managed = [n for n in nodes if set(partitions).intersection(n.partitions or partitions)]
+    if any(n.shards_per_gpu for n in managed):
+        return (
+            f"scheduler {scheduler} shares GPUs: jobs submitted with --gres=shard:N run on gres/shard "
+            "(all of a GPU's shards alone, one shard beside a partner); a --gres=gpu job planned onto "
+            "a shared GPU is refused and waits"
+        )
+    return (
+        f"scheduler {scheduler} shares GPUs but the managed nodes offer no gres/shard "
+        "(GresTypes=gpu,shard; README 'Sharing GPUs on the live path'): a job planned onto a shared "
+        "GPU is refused with the reason and waits"
+    )
+
+
 def node_gpu_type(node: SlurmNode, config: ControllerConfig) -> str:
     for feature in node.features:
         if feature.lower() in config.gpu_types:

@@ -24,7 +24,7 @@ from slurm_plugin.controller.actuate import (
     wanted_shards,
 )
 from slurm_plugin.controller.config import ControllerConfig
-from slurm_plugin.controller.observe import build_observation
+from slurm_plugin.controller.observe import build_observation, sharing_notice
 from slurm_plugin.report import build_report
 from slurm_plugin.slurm.parse import (
     gpu_indices,
@@ -180,3 +180,10 @@ def test_report_counts_a_shard_as_half_a_gpu():
     length = {job: runs[0].end - runs[0].start for job, runs in report.runs.items()}
     assert records["1"].attained_gpu_s == pytest.approx(0.5 * length["1"])
     assert report.allocated_gpu_s == pytest.approx(sum(gpus[j] * length[j] for j in gpus))
+
+
+def test_startup_notice_says_whether_the_cluster_can_share():
+    shard_nodes = parse_sinfo_json((DATA / "sinfo_shard.json").read_text())
+    plain_nodes = parse_sinfo_json((DATA / "sinfo.json").read_text())
+    assert "run on gres/shard" in sharing_notice("sjf-ffs", shard_nodes, ["gpu"])
+    assert "offer no gres/shard" in sharing_notice("sjf-ffs", plain_nodes, ["gpu"])

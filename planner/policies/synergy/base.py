@@ -81,10 +81,16 @@ class Round:
         return proportional_per_gpu([self.pool.by_name[n] for n, _ in counts])
 
 
+_WAITING_FOR_GPUS = (Outcome.NO_CAPACITY, Outcome.NO_CONSOLIDATED_SLOT)
+
+
 class SynergyShaping:
     """Base of the mechanisms: options, the runnable set, and the resulting draft."""
 
     component: ClassVar[str] = "synergy"
+    # Static-demand mechanisms skip jobs that do not fit and try the next ones in the queue
+    # (§3.3), beyond the GPU-admitted set; Tune and Opt keep exactly the runnable set.
+    beyond_runnable_set: ClassVar[bool] = False
     tolerance: float
     profiles: ProfileStore
 
@@ -120,6 +126,14 @@ class SynergyShaping:
             matrix = self.profiles.resolve(job.model).sensitivity
             best = None if matrix is None else best_case_per_gpu(matrix, self.tolerance)
             demands.append(Demand(job, a, kept, matrix, best))
+        if self.beyond_runnable_set:
+            for job_id, outcome in draft.outcomes.items():  # the placement's priority order
+                if job_id in draft.assignments or outcome not in _WAITING_FOR_GPUS:
+                    continue
+                job = jobs[job_id]
+                matrix = self.profiles.resolve(job.model).sensitivity
+                best = None if matrix is None else best_case_per_gpu(matrix, self.tolerance)
+                demands.append(Demand(job, Assignment((), 0, 0.0, job.plan), False, matrix, best))
         return Round(snapshot, demands, pool)
 
     @staticmethod
@@ -129,7 +143,8 @@ class SynergyShaping:
         for d in rnd.demands:
             held: Held | None = rnd.pool.held.get(d.job.id)
             if held is None:
-                outcomes[d.job.id] = rnd.skipped.get(d.job.id, Outcome.NO_RESOURCES)
+                if d.job.id in draft.assignments:  # beyond the runnable set, it keeps its reason
+                    outcomes[d.job.id] = rnd.skipped.get(d.job.id, Outcome.NO_RESOURCES)
                 continue
             previous = d.job.assignment if d.job.is_running else None
             assignments[d.job.id] = to_assignment(held, d.base, previous)

@@ -74,6 +74,7 @@ class GreedyShaping(SynergyShaping):
     """First fit of best-case demand vectors in priority order, skipping what does not fit."""
 
     component = "greedy"
+    beyond_runnable_set = True
 
     def allocate(self, rnd: Round) -> None:
         _first_fit_in(rnd, rnd.demands)
@@ -84,6 +85,7 @@ class DrfShaping(SynergyShaping):
     """Dominant Resource Fairness over the runnable set, with static best-case demands."""
 
     component = "drf"
+    beyond_runnable_set = True
 
     def allocate(self, rnd: Round) -> None:
         nodes = rnd.pool.nodes
@@ -106,6 +108,7 @@ class TetrisShaping(SynergyShaping):
     """Tetris's alignment heuristic over the runnable set, with static best-case demands."""
 
     component = "tetris"
+    beyond_runnable_set = True
 
     def allocate(self, rnd: Round) -> None:
         renew_leases(rnd, rnd.demands)

@@ -46,13 +46,21 @@ class OptShaping(SynergyShaping):
             return
         shares = ideal_shares(rnd)
         chosen = {d.job.id: share for d, share in zip(rnd.demands, shares, strict=True)}
-        whole = spread_over_servers(rnd, chosen)
         tune = TuneShaping(self.tolerance, self.profiles)
+
+        def place(d: Demand) -> bool:
+            return tune.place(rnd, Demand(d.job, d.base, d.kept, d.matrix, chosen[d.job.id]))
+
+        # Running jobs renew their lease first (§4.3): their GPUs stay, their share is the
+        # ILP's where it fits there, else Tune's rules (never below proportional).
+        for d in rnd.demands:
+            if rnd.pool.reserved_counts(d.job.id) is not None and not place(d):
+                tune.on_placement_gpus(rnd)
+                return
+        pending = [d for d in rnd.demands if d.job.id not in rnd.pool.held]
+        whole = spread_over_servers(rnd, pending, chosen)
         rest = []
-        staying_first = sorted(
-            rnd.demands, key=lambda d: rnd.pool.reserved_counts(d.job.id) != whole.get(d.job.id)
-        )
-        for d in staying_first:
+        for d in pending:
             counts = whole.get(d.job.id)
             if (
                 counts is not None
@@ -63,14 +71,16 @@ class OptShaping(SynergyShaping):
             else:
                 rest.append(d)
         for d in sorted(rest, key=lambda d: -d.job.num_gpus):
-            as_chosen = Demand(d.job, d.base, d.kept, d.matrix, chosen[d.job.id])
-            if not tune.place(rnd, as_chosen):
+            if not place(d):
                 tune.on_placement_gpus(rnd)
                 return
 
 
 def _points(rnd: Round, d: Demand) -> tuple[tuple[PerGpu, float], ...]:
-    prop = proportional_per_gpu(rnd.pool.nodes)
+    # The fairness floor (eq. 12) is the proportional share where the job runs: the
+    # placement's servers (Synergy's servers are all alike; Mosaic's need not be).
+    home = rnd.pool.reserved_counts(d.job.id) or tuple(d.base.per_node)
+    prop = rnd.prop(home) if home else proportional_per_gpu(rnd.pool.nodes)
     if d.matrix is None:
         return ((prop, 1.0),)
     return _grid_points(d.matrix, prop)
@@ -134,39 +144,23 @@ def ideal_shares(rnd: Round) -> list[PerGpu]:
     return shares
 
 
-def spread_over_servers(rnd: Round, chosen: dict[str, PerGpu]) -> dict[str, Counts]:
-    """The LP (15-19): whole jobs per server; fractional jobs are left out of the result.
+def spread_over_servers(rnd: Round, demands: list[Demand], chosen: dict[str, PerGpu]) -> dict[str, Counts]:
+    """The LP (15-19) over the free capacity: whole jobs per server (fractional ones are left out).
 
-    Running jobs renew their lease (§4.3): they may only stay where they run, unless that
-    makes the program infeasible, in which case it is solved again without the rule.
+    Solved to a vertex by dual simplex with a zero objective: any feasible vertex has at most
+    3s fractional jobs (Theorem A.2), the property the rounding relies on.
     """
-    return _spread(rnd, chosen, stay=True) or _spread(rnd, chosen, stay=False) or {}
-
-
-def _spread(rnd: Round, chosen: dict[str, PerGpu], stay: bool) -> dict[str, Counts] | None:
     pool = rnd.pool
-    servers = [n for n in pool.nodes if pool.free_gpus[n.name] or pool.reserved]
-    index = {n.name: i for i, n in enumerate(servers)}
+    servers = [n for n in pool.nodes if pool.free_gpus[n.name]]
     var: list[tuple[int, int]] = []  # (server, job)
-    cost: list[float] = []
-    for j, d in enumerate(rnd.demands):
-        fixed = pool.reserved_counts(d.job.id)
-        home = {n for n, _ in fixed} if fixed else set(d.base.nodes)
+    for j, d in enumerate(demands):
         for i, n in enumerate(servers):
-            if stay and fixed and n.name not in home:
-                continue
             if d.job.gpu_type in (None, n.gpu_type):
                 var.append((i, j))
-                cost.append(0.0 if n.name in home else float(d.job.num_gpus))
     if not var:
         return {}
     n_vars = len(var)
-    gpu_cap = np.zeros(len(servers))
-    for n in servers:  # reserved GPUs belong to the jobs in this LP
-        gpu_cap[index[n.name]] = len(pool.free_gpus[n.name])
-    for slots in pool.reserved.values():
-        for node, _ in slots:
-            gpu_cap[index[node]] += 1
+    gpu_cap = [len(pool.free_gpus[n.name]) for n in servers]
     ub_rows: list[int] = []
     ub_cols: list[int] = []
     ub_vals: list[float] = []
@@ -175,7 +169,7 @@ def _spread(rnd: Round, chosen: dict[str, PerGpu], stay: bool) -> dict[str, Coun
     )
     s = len(servers)
     for k, (i, j) in enumerate(var):
-        d = rnd.demands[j]
+        d = demands[j]
         g = d.job.num_gpus
         share = chosen[d.job.id]
         ub_rows += [i, s + i, 2 * s + i]
@@ -183,18 +177,21 @@ def _spread(rnd: Round, chosen: dict[str, PerGpu], stay: bool) -> dict[str, Coun
         ub_vals += [g, share.cpus * g, share.mem_gb * g]  # eqs. 15, 16, 17
     a_ub = coo_matrix((ub_vals, (ub_rows, ub_cols)), shape=(3 * s, n_vars)).tocsr()
     # eq. 18 with equality: a job is allocated exactly once
-    a_eq = coo_matrix(
-        (np.ones(n_vars), ([j for _, j in var], range(n_vars))), shape=(len(rnd.demands), n_vars)
-    )
+    a_eq = coo_matrix((np.ones(n_vars), ([j for _, j in var], range(n_vars))), shape=(len(demands), n_vars))
     result = linprog(
-        cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq.tocsr(), b_eq=np.ones(len(rnd.demands)), method="highs-ds"
+        np.zeros(n_vars),
+        A_ub=a_ub,
+        b_ub=b_ub,
+        A_eq=a_eq.tocsr(),
+        b_eq=np.ones(len(demands)),
+        method="highs-ds",
     )
-    if result.x is None:
-        return None
+    if result.x is None:  # infeasible (fragmented capacity): Tune's rules place everyone
+        return {}
     whole: dict[str, Counts] = {}
     for k, (i, j) in enumerate(var):
         if result.x[k] > 1 - 1e-6:
-            d = rnd.demands[j]
+            d = demands[j]
             server = servers[i]
             if d.job.num_gpus <= server.gpus:
                 whole[d.job.id] = ((server.name, d.job.num_gpus),)
@@ -203,4 +200,4 @@ def _spread(rnd: Round, chosen: dict[str, PerGpu], stay: bool) -> dict[str, Coun
 
 def fragmented(rnd: Round, chosen: dict[str, PerGpu]) -> int:
     """How many runnable jobs the second LP splits across servers (Theorem A.2: at most 3s)."""
-    return len(rnd.demands) - len(spread_over_servers(rnd, chosen))
+    return len(rnd.demands) - len(spread_over_servers(rnd, rnd.demands, chosen))

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -121,22 +121,25 @@ def build_observation(
         )
         for n in sorted(usable.values(), key=lambda n: _natural(n.name))
     )
-    snapshot = Snapshot(time_s=now, nodes=nodes, jobs=with_partners(jobs))
+    # Only shard jobs whose GPU Slurm named (gres_detail) can share: a whole-GPU job whose
+    # indices are assumed (no gres_detail yet) must not look like a partner of another.
+    on_shards = {sj.id for sj in managed.values() if sj.shards_per_node and sj.gpu_indices}
+    snapshot = Snapshot(time_s=now, nodes=nodes, jobs=with_partners(jobs, on_shards))
     return Observation(now, snapshot, managed, usable, tuple(finished))
 
 
-def with_partners(jobs: Sequence[Job]) -> tuple[Job, ...]:
-    """Running jobs Slurm put on the same GPU (two shard jobs) list each other in
+def with_partners(jobs: Sequence[Job], on_shards: Collection[str]) -> tuple[Job, ...]:
+    """Running shard jobs (``on_shards``) Slurm put on the same GPU list each other in
     ``shares_with``, as the planner's sharing stages expect of a pair that already shares."""
     on_gpu: dict[tuple[str, int], list[str]] = {}
     for job in jobs:
-        if job.assignment is not None:
+        if job.assignment is not None and job.id in on_shards:
             for gpu in job.assignment.gpus:
                 on_gpu.setdefault(gpu, []).append(job.id)
     out = []
     for job in jobs:
         a = job.assignment
-        if a is not None:
+        if a is not None and job.id in on_shards:
             partners = sorted({p for gpu in a.gpus for p in on_gpu[gpu] if p != job.id})
             if partners:
                 out.append(replace(job, assignment=replace(a, shares_with=tuple(partners))))

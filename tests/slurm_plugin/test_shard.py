@@ -187,3 +187,16 @@ def test_startup_notice_says_whether_the_cluster_can_share():
     plain_nodes = parse_sinfo_json((DATA / "sinfo.json").read_text())
     assert "run on gres/shard" in sharing_notice("sjf-ffs", shard_nodes, ["gpu"])
     assert "offer no gres/shard" in sharing_notice("sjf-ffs", plain_nodes, ["gpu"])
+
+
+def test_jobs_whose_gpu_slurm_did_not_name_are_never_partners(squeue):
+    # No gres_detail: observe assumes the first GPUs, which must not pair two whole-GPU jobs.
+    blind = [
+        replace(j, gpu_indices=(), shards_per_node=0, gpus_per_node=1) if j.id in {"1", "2"} else j
+        for j in squeue.values()
+    ]
+    nodes = parse_sinfo_json((DATA / "sinfo_shard.json").read_text())
+    snapshot = build_observation(2e9, blind, nodes, {}, ControllerConfig()).snapshot
+    jobs = {j.id: j for j in snapshot.jobs}
+    assert jobs["1"].assignment.gpus == jobs["2"].assignment.gpus == (("n1", 0),)
+    assert jobs["1"].assignment.shares_with == jobs["2"].assignment.shares_with == ()

@@ -5,7 +5,12 @@ Target (issue): live within 10% of the simulation. Runs ``mosaic demo``'s code
 compares the summary keys with the simulator's run of the same trace (same round length,
 the live path's ~2 s restart as the simulator's restart cost).
 
-    .venv/bin/python benchmarks/live_fidelity.py --presets fifo las
+    .venv/bin/python -m benchmarks.live_fidelity --presets fifo las
+    .venv/bin/python -m benchmarks.live_fidelity --presets fifo las --trace fidelity24 \
+        --time-scale 20 --result live_fidelity_24
+
+``--trace`` takes a bundled trace's name (``demo``: 10 jobs, the default; ``fidelity24``: the
+requirement's >= 20 jobs on the 16 GPUs) or a trace CSV path.
 """
 
 from __future__ import annotations
@@ -17,17 +22,39 @@ from pathlib import Path
 
 from benchmarks.common import write_result
 from planner.config import preset
-from slurm_plugin.demo import BUNDLED_TRACE, run_demo
+from slurm_plugin.demo import load_trace, run_demo
 
 KEYS = ("avg_jct_s", "p50_jct_s", "makespan_s", "avg_queue_s", "restarts", "gpu_util", "rounds")
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--presets", nargs="+", default=["fifo", "las"])
     parser.add_argument("--time-scale", type=float, default=60.0)
     parser.add_argument("--round-s", type=float, default=2.0)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--trace", default="demo", help="bundled trace name (demo, fidelity24) or a trace CSV path"
+    )
+    parser.add_argument("--timeout-s", type=float, default=1200.0, help="live run limit per preset")
+    parser.add_argument(
+        "--result",
+        default=None,
+        help="results/<name>.json (default: live_fidelity for the demo trace, "
+        "live_fidelity_<trace> otherwise)",
+    )
+    return parser.parse_args(argv)
+
+
+def result_name(args: argparse.Namespace) -> str:
+    if args.result:
+        return str(args.result)
+    named = {"demo": "live_fidelity", "fidelity24": "live_fidelity_24"}
+    return named.get(args.trace, f"live_fidelity_{Path(args.trace).stem}")
+
+
+def main() -> None:
+    args = parse_args()
+    trace = load_trace(args.trace)
     rows = []
     for name in args.presets:
         with tempfile.TemporaryDirectory(prefix="mosaic-fidelity-") as tmp:
@@ -37,6 +64,9 @@ def main() -> None:
                 python=sys.executable,
                 time_scale=args.time_scale,
                 round_s=args.round_s,
+                trace=trace,
+                timeout_s=args.timeout_s,
+                trace_name=args.trace,
             )
         row = {
             "preset": name,
@@ -51,9 +81,10 @@ def main() -> None:
         rows.append(row)
         print(row)
     write_result(
-        "live_fidelity",
+        result_name(args),
         {
-            "trace": [list(j) for j in BUNDLED_TRACE],
+            "trace_name": args.trace,
+            "trace": [[j.job_id, j.submit_time_s, j.num_gpus, j.duration_s, j.model] for j in trace],
             "time_scale": args.time_scale,
             "round_s": args.round_s,
             "cluster": "test cluster homogeneous: 4 nodes x 4 GPUs",

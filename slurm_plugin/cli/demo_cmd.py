@@ -1,4 +1,4 @@
-"""``mosaic demo``: the bundled trace of emulated jobs through the live path, against the simulator."""
+"""``mosaic demo``: a bundled trace (or ``--trace CSV``) of emulated jobs, live vs the simulator."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from planner.metrics import SUMMARY_KEYS, jobs_csv
 from slurm_plugin.cli.report_cmd import write_plot
 from slurm_plugin.cli.scheduler_args import add_scheduler_args, scheduler_config
-from slurm_plugin.demo import run_demo
+from slurm_plugin.demo import load_trace, run_demo
 from slurm_plugin.files import write_atomic, write_json
 
 
@@ -31,11 +31,17 @@ def add_parser(
     p.add_argument("--time-scale", type=float, default=60.0, help="emulated seconds per real second")
     p.add_argument("--round-s", type=float, default=2.0, help="real seconds between rounds")
     p.add_argument("--timeout-s", type=float, default=600.0)
+    p.add_argument(
+        "--trace",
+        default="demo",
+        help="bundled trace (demo: 10 jobs, the default; fidelity24: 24 jobs) or a trace CSV path",
+    )
     add_scheduler_args(p, default_preset="las")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    trace = load_trace(args.trace)  # before the cluster comes up: a bad path fails at once
     root = args.dir or Path(tempfile.mkdtemp(prefix="mosaic-demo-"))
 
     def progress(t: float, done: int, total: int) -> None:
@@ -48,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         time_scale=args.time_scale,
         round_s=args.round_s,
         timeout_s=args.timeout_s,
+        trace=trace,
+        trace_name=args.trace,
         on_tick=progress,
     )
     out: Path = args.out

@@ -44,6 +44,7 @@ def main() -> None:
 
     rt = runtime.current()
     torch.manual_seed(args.seed)
+    torch.set_num_threads(1)  # as in train_torch.py: a fixed summation order, no oversubscription
     deepspeed.init_distributed(dist_backend="gloo")
     model = build_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)

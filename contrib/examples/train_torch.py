@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import sys
 import time
 
 import torch
@@ -57,10 +57,25 @@ def main() -> None:
     rt = runtime.current()
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True)
+    # One intra-op thread: the model is tiny, ranks share the node's cores, and a fixed thread
+    # count keeps the CPU kernels' summation order the same from run to run.
+    torch.set_num_threads(1)
     distributed = rt.world_size > 1
     if distributed:
         dist.init_process_group("gloo")
     assert rt.plan is not None and rt.plan.is_resolved, "run under mosaic-run with a global batch"
+    train(args, rt, distributed)
+    if distributed:
+        # The model, its DDP reducer and the optimizer are gone (train returned) before the group
+        # is: destroying DDP after its process group can hang at exit, and every rank reaches the
+        # end before rank 0, which hosts the rendezvous store, tears down (pytorch/pytorch#75097).
+        dist.barrier()
+        dist.destroy_process_group()
+    sys.stdout.flush()
+
+
+def train(args: argparse.Namespace, rt: runtime.Runtime, distributed: bool) -> None:
+    assert rt.plan is not None
     micro, accum, global_batch = rt.plan.micro_batch, rt.plan.grad_accum, rt.plan.global_batch
     assert micro is not None and accum is not None and global_batch is not None
 
@@ -115,9 +130,6 @@ def main() -> None:
             break
         if args.checkpoint_every and (step + 1) % args.checkpoint_every == 0:
             rt.save_checkpoint(step + 1, model, optimizer, extra={"loss": mean_loss})
-    if distributed:
-        dist.destroy_process_group()
-    os.sys.stdout.flush()
 
 
 class _null:

@@ -7,9 +7,10 @@ variables, through the same task shim), forwards SIGUSR1, and the example traini
 resumed run uses another world size with the same global batch (the plan's invariant) and
 its loss at every step must equal an uninterrupted run's.
 
-Tolerance: 1e-5 relative. The data order is identical; only the floating-point summation
+Tolerance: 1e-4 relative. The data order is identical; only the floating-point summation
 order of the gradient all-reduce differs between world sizes (float32, a 300-parameter
-model: observed differences are ~1e-7).
+model: differences are ~1e-7, with a rare 1.6e-5 seen in one of ~20 runs). A resume at the
+wrong step or from the wrong state moves the loss by 1e-2 or more, far outside it.
 """
 
 import json
@@ -34,7 +35,7 @@ TRAIN = ROOT / "contrib" / "examples" / "train_torch.py"
 BIN = Path(sys.executable).parent
 STEPS = 16
 GLOBAL_BATCH = 16
-TOLERANCE = 1e-5
+TOLERANCE = 1e-4
 
 
 def gpus(count):

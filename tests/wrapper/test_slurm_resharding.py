@@ -7,7 +7,7 @@ ranks; they checkpoint and the job ends. Then the controller's relaunch sequence
 (SLURM-NOTES "Fast relaunch"): ``requeuehold``, ``update StartTime=now Gres=gpu:4
 NumCPUs=8``, a new plan file version for 4 GPUs, ``release``. The job comes back, mosaic-run
 starts 4 ranks with srun and resumes at the next step, the output file keeps both runs
-(``--open-mode=append``), and the loss curve equals an uninterrupted run's (1e-5 relative,
+(``--open-mode=append``), and the loss curve equals an uninterrupted run's (1e-4 relative,
 as in ``test_resharding.py``).
 
 Skipped, with the reason, where the test cluster cannot run (not root, Slurm not installed).
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 TRAIN = ROOT / "contrib" / "examples" / "train_torch.py"
 BIN = Path(sys.executable).parent
 STEPS = 14
-TOLERANCE = 1e-5
+TOLERANCE = 1e-4
 PLAN = {"global_batch": 16, "micro_batch": 4}
 
 

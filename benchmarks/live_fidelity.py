@@ -24,7 +24,7 @@ from benchmarks.common import write_result
 from planner.config import preset
 from slurm_plugin.demo import load_trace, run_demo
 
-KEYS = ("avg_jct_s", "p50_jct_s", "makespan_s", "avg_queue_s", "restarts", "gpu_util", "rounds")
+KEYS = ("finished", "avg_jct_s", "p50_jct_s", "makespan_s", "avg_queue_s", "restarts", "gpu_util", "rounds")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

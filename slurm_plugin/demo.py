@@ -250,7 +250,9 @@ def run_demo(
         round_s=round_s,
         rounds=len(decisions),  # rounds the controller planned (a slow tick plans fewer than the clock's)
     )
-    sim = simulate(jobs, shape, scheduler_config, time_scale, round_s)
+    # The simulation gets the live run's limit too: a schedule that never finishes (a job
+    # restarted every round makes no progress) ends at the same bound, with ``finished`` short.
+    sim = simulate(jobs, shape, scheduler_config, time_scale, round_s, horizon_s=timeout_s)
     return DemoResult(live, sim, report, slurm_ids)
 
 
@@ -278,6 +280,7 @@ def simulate(
     time_scale: float,
     round_s: float,
     restart_s: float = 2.0,
+    horizon_s: float | None = None,
 ) -> dict[str, Any]:
     """The same trace in the simulator, in real seconds (divided by ``time_scale``).
 
@@ -289,7 +292,7 @@ def simulate(
         replace(j, submit_time_s=j.submit_time_s / time_scale, duration_s=j.duration_s / time_scale)
         for j in jobs
     ]
-    config = SimConfig(round_s=round_s, checkpoint_s=0.0, relaunch_s=restart_s)
+    config = SimConfig(round_s=round_s, checkpoint_s=0.0, relaunch_s=restart_s, horizon_s=horizon_s)
     scheduler = build_scheduler(scheduler_config)
     result = Simulator(nodes, scaled, scheduler, config, clock=time.perf_counter).run()
     return {

@@ -64,3 +64,13 @@ def test_fidelity_benchmark_names_its_result_by_trace():
     assert result_name(parse_args(["--trace", "fidelity24"])) == "live_fidelity_24"
     assert result_name(parse_args(["--trace", "/x/mine.csv"])) == "live_fidelity_mine"
     assert result_name(parse_args(["--trace", "fidelity24", "--result", "r"])) == "r"
+
+
+def test_the_simulation_stops_at_the_live_runs_limit():
+    jobs = load_trace("fidelity24")
+    shape = shape_named("homogeneous", accounting=True)
+    full = simulate(jobs, shape, preset("fifo"), time_scale=20.0, round_s=2.0)
+    bound = full["makespan_s"] / 2
+    cut = simulate(jobs, shape, preset("fifo"), time_scale=20.0, round_s=2.0, horizon_s=bound)
+    assert 0 < cut["finished"] < full["finished"] == len(jobs)
+    assert cut["makespan_s"] <= bound

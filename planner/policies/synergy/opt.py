@@ -81,9 +81,13 @@ def _points(rnd: Round, d: Demand) -> tuple[tuple[PerGpu, float], ...]:
     # placement's servers (Synergy's servers are all alike; Mosaic's need not be).
     home = rnd.pool.reserved_counts(d.job.id) or tuple(d.base.per_node)
     prop = rnd.prop(home) if home else proportional_per_gpu(rnd.pool.nodes)
-    if d.matrix is None:
-        return ((prop, 1.0),)
-    return _grid_points(d.matrix, prop)
+    points = ((prop, 1.0),) if d.matrix is None else _grid_points(d.matrix, prop)
+    current = _current_share(d)  # a running job may keep exactly what it has (no restart)
+    if current is not None and all(p != current for p, _ in points):
+        w = d.throughput(current)
+        if w >= d.throughput(prop) - 1e-12:
+            points = (*points, (current, w))
+    return points
 
 
 @lru_cache(maxsize=4096)

@@ -40,6 +40,32 @@ def proportional(rnd: Round, d: Demand, counts: Counts) -> PerGpu:
     return rnd.prop(counts)
 
 
+def as_it_had(rnd: Round, d: Demand, counts: Counts) -> PerGpu:
+    had = _had(d)
+    assert had is not None
+    return had
+
+
+def _had(d: Demand) -> PerGpu | None:
+    a = d.job.assignment
+    if not d.kept or a is None or a.num_gpus == 0:
+        return None
+    return PerGpu(a.cpus // a.num_gpus, a.mem_gb / a.num_gpus)
+
+
+def _has_all_it_wants(rnd: Round, d: Demand) -> bool:
+    """A running job already at its wished throughput keeps its share (no restart for nothing)."""
+    had = _had(d)
+    counts = rnd.pool.reserved_counts(d.job.id)
+    if had is None or counts is None:
+        return False
+    prop = rnd.prop(counts)
+    return (
+        d.throughput(had) >= d.throughput(d.wish(prop)) - 1e-12
+        and d.throughput(had) >= d.throughput(prop) - 1e-12
+    )
+
+
 @SHAPINGS.register("tune")
 class TuneShaping(SynergyShaping):
     """Synergy-Tune: best-fit packing with a proportional-share floor for every job."""
@@ -60,7 +86,11 @@ class TuneShaping(SynergyShaping):
                 return
 
     def place(self, rnd: Round, d: Demand) -> bool:
-        spot = place_at(rnd, d, wished) or place_at(rnd, d, proportional)
+        spot = (
+            (place_at(rnd, d, as_it_had) if _has_all_it_wants(rnd, d) else None)
+            or place_at(rnd, d, wished)
+            or place_at(rnd, d, proportional)
+        )
         if spot is not None:
             commit(rnd, d, *spot)
             return True

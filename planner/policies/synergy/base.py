@@ -43,6 +43,14 @@ class Demand:
     matrix: SensitivityMatrix | None
     best: PerGpu | None  # None: ask for the proportional share
 
+    @property
+    def had(self) -> PerGpu | None:
+        """The per-GPU share of the job's current assignment, if it is running."""
+        a = self.job.assignment
+        if not self.job.is_running or a is None or a.num_gpus == 0:
+            return None
+        return PerGpu(a.cpus // a.num_gpus, a.mem_gb / a.num_gpus)
+
     def throughput(self, share: PerGpu) -> float:
         """W_j at ``share`` (1.0 everywhere for a job with no profile)."""
         return 1.0 if self.matrix is None else self.matrix.at(share.cpus, share.mem_gb)

@@ -55,8 +55,7 @@ def renew_leases(rnd: Round, demands: list[Demand]) -> None:
         if not d.kept or counts is None:
             continue
         prop = rnd.prop(counts)
-        a = d.job.assignment
-        had = PerGpu(a.cpus // a.num_gpus, a.mem_gb / a.num_gpus) if a is not None and a.num_gpus else prop
+        had = d.had or prop
         for share in (feasible_best_case(rnd, d, counts), had, prop):
             if rnd.pool.fits(counts, share):
                 break

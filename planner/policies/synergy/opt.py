@@ -82,7 +82,7 @@ def _points(rnd: Round, d: Demand) -> tuple[tuple[PerGpu, float], ...]:
     home = rnd.pool.reserved_counts(d.job.id) or tuple(d.base.per_node)
     prop = rnd.prop(home) if home else proportional_per_gpu(rnd.pool.nodes)
     points = ((prop, 1.0),) if d.matrix is None else _grid_points(d.matrix, prop)
-    current = _current_share(d)  # a running job may keep exactly what it has (no restart)
+    current = d.had  # a running job may keep exactly what it has (no restart)
     if current is not None and all(p != current for p, _ in points):
         w = d.throughput(current)
         if w >= d.throughput(prop) - 1e-12:
@@ -100,13 +100,6 @@ def _grid_points(matrix: SensitivityMatrix, prop: PerGpu) -> tuple[tuple[PerGpu,
     return tuple((p, w) for p, w in scored if w >= floor - 1e-12)
 
 
-def _current_share(d: Demand) -> PerGpu | None:
-    a = d.job.assignment
-    if not d.job.is_running or a is None or a.num_gpus == 0:
-        return None
-    return PerGpu(a.cpus // a.num_gpus, a.mem_gb / a.num_gpus)
-
-
 def ideal_shares(rnd: Round) -> list[PerGpu]:
     """The ILP (8-12): each runnable job's best CPUs and memory per GPU on the super-machine."""
     nodes = rnd.pool.nodes
@@ -121,7 +114,7 @@ def ideal_shares(rnd: Round) -> list[PerGpu]:
     k = 0
     for j, (d, pts) in enumerate(zip(rnd.demands, points, strict=True)):
         g = d.job.num_gpus
-        current = _current_share(d)
+        current = d.had
         for p, w in pts:
             cpu_row[k] = p.cpus * g
             mem_row[k] = p.mem_gb * g

@@ -41,21 +41,14 @@ def proportional(rnd: Round, d: Demand, counts: Counts) -> PerGpu:
 
 
 def as_it_had(rnd: Round, d: Demand, counts: Counts) -> PerGpu:
-    had = _had(d)
+    had = d.had
     assert had is not None
     return had
 
 
-def _had(d: Demand) -> PerGpu | None:
-    a = d.job.assignment
-    if not d.kept or a is None or a.num_gpus == 0:
-        return None
-    return PerGpu(a.cpus // a.num_gpus, a.mem_gb / a.num_gpus)
-
-
 def _has_all_it_wants(rnd: Round, d: Demand) -> bool:
     """A running job already at its wished throughput keeps its share (no restart for nothing)."""
-    had = _had(d)
+    had = d.had
     counts = rnd.pool.reserved_counts(d.job.id)
     if had is None or counts is None:
         return False

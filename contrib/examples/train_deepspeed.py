@@ -46,6 +46,17 @@ def main() -> None:
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)  # as in train_torch.py: a fixed summation order, no oversubscription
     deepspeed.init_distributed(dist_backend="gloo")
+    train(args, rt)
+    # As in train_torch.py: the engine is gone (train returned) before the process group, and
+    # every rank reaches the end before any tears down. Leaving the group to interpreter exit
+    # lets a rank abort in gloo's thread destructors ("terminate called without an active
+    # exception", SIGABRT) while a peer still talks to it.
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+
+
+def train(args: argparse.Namespace, rt: runtime.Runtime) -> None:
     model = build_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     engine, _, _, _ = deepspeed.initialize(

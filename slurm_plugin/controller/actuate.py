@@ -17,7 +17,8 @@ every process of the job (``scancel --signal=USR1 --full``), waits up to the gra
 job's checkpoint marker (or its exit), then ``requeuehold``; a start checks feasibility
 first (an impossible request would sit in ``BadConstraints`` forever), updates
 ``Gres``/``NumCPUs``/``MinMemoryNode``/``ReqNodeList`` with ``StartTime=now`` (skipping
-the ``cred_expire`` wait), writes the plan file and releases. Each action has a request
+the ``cred_expire`` wait, yet never releasing a job in the second it stopped in:
+:data:`CREDENTIAL_MARGIN_S`), writes the plan file and releases. Each action has a request
 id (``r<round>-<kind>-<job>``) in the action log; each step first checks the job's
 current state, so re-applying a half-applied round only does what is left.
 """
@@ -43,6 +44,20 @@ from slurm_plugin.slurm.runner import SlurmError
 from slurm_plugin.store import Store
 
 log = logging.getLogger(__name__)
+
+# slurmd revokes a job's credential when its run ends and refuses every credential of that
+# job created in the same second or earlier (Slurm's cred.c compares whole seconds,
+# ``ctime <= revoked``): the relaunch is then killed at once and the job ends FAILED
+# ("Killing non-startable batch JobId=J: Job credential revoked"). Slurm's own requeue waits
+# out ``cred_expire``; ``StartTime=now`` skips that wait, so a job stopped by the actuator
+# is released no earlier than this margin into the second after the one it was seen
+# stopped in (the margin covers a small clock skew to slurmctld, whose clock stamps both).
+CREDENTIAL_MARGIN_S = 0.25
+
+
+def credential_wait_s(stopped_at: float, now: float) -> float:
+    """How long to wait before releasing a job seen stopped at ``stopped_at`` (wall clock)."""
+    return max(0.0, math.floor(stopped_at) + 1 + CREDENTIAL_MARGIN_S - now)
 
 
 class Kind(StrEnum):
@@ -230,9 +245,13 @@ class Actuator:
         self.config = config
         self.clock = clock
         self.sleep = sleep
+        # When each job stopped by this actuator was seen to have left its nodes.
+        self._stopped_at: dict[str, float] = {}
 
     def apply(self, obs: Observation, actions: Sequence[Action], round_id: int) -> ApplyResult:
         result = ApplyResult()
+        now = self.clock()
+        self._stopped_at = {j: t for j, t in self._stopped_at.items() if t > now - 10.0}
         for a in actions:
             self.store.log_action(a.request_id, round_id, a.job_id, a.kind, "planned", a.reason, self.clock())
         stops = [a for a in actions if a.kind is Kind.STOP]
@@ -352,9 +371,23 @@ class Actuator:
         while job_ids and self.clock() < deadline:
             states = self._states()
             if all(j not in states or not states[j].holds_resources for j in job_ids):
-                return
+                break
             self.sleep(0.1)
-        log.warning("jobs %s still hold resources after %g s", job_ids, self.config.stop_timeout_s)
+        else:
+            if job_ids:
+                log.warning("jobs %s still hold resources after %g s", job_ids, self.config.stop_timeout_s)
+        seen = self.clock()
+        for job_id in job_ids:
+            self._stopped_at[job_id] = seen
+
+    def _wait_for_a_fresh_credential(self, job_id: str) -> None:
+        """Sleep until a relaunch of ``job_id`` gets a credential slurmd accepts (CREDENTIAL_MARGIN_S)."""
+        stopped = self._stopped_at.pop(job_id, None)
+        if stopped is None:
+            return
+        wait = credential_wait_s(stopped, self.clock())
+        if wait > 0:
+            self.sleep(wait)
 
     # -- start ------------------------------------------------------------------------
 
@@ -381,6 +414,7 @@ class Actuator:
                 shards = wanted_shards(a.assignment, obs.shards_per_gpu if sj.shards_per_node else 0)
                 fields = start_fields(a.assignment, self._audit_text(a, round_id), shards)
                 self.client.update([a.job_id], fields)
+                self._wait_for_a_fresh_credential(a.job_id)
                 # One release per job: a crash between two starts leaves each job either
                 # started (and logged) or untouched, so re-applying the round is exact.
                 self.client.release([a.job_id])

@@ -9,7 +9,8 @@ import pytest
 
 from planner.config import build_scheduler, preset
 from planner.errors import ConfigError
-from slurm_plugin.controller.actuate import Action, Actuator, Kind
+from planner.model import Assignment
+from slurm_plugin.controller.actuate import CREDENTIAL_MARGIN_S, Action, Actuator, Kind
 from slurm_plugin.controller.config import ControllerConfig, controller_config
 from slurm_plugin.controller.loop import Controller
 from slurm_plugin.controller.observe import build_observation
@@ -125,6 +126,42 @@ def test_the_loop_survives_a_failing_tick(setup, monkeypatch):
     monkeypatch.setattr(controller, "tick", boom)
     controller.run_forever(sleep=lambda s: None, ticks=3)
     assert len(calls) == 3 and store.tick_counts() == (3, 3)
+
+
+class SteppedClock:
+    """Wall time that only moves when the code under test sleeps."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def test_a_job_stopped_and_started_in_one_round_is_released_in_a_later_second(setup):
+    # slurmd refuses a job credential made in the second the job's previous run ended in
+    # (the relaunch would end FAILED: "Job credential revoked"); a fresh start never waits.
+    config, slurm, store = setup
+    clock = SteppedClock(1e9 + 0.7)
+    released_at = {}
+    release = slurm.release
+    slurm.release = lambda ids: (released_at.update({j: clock() for j in ids}), release(ids))
+    obs = build_observation(clock(), slurm.jobs(), slurm.nodes(), {}, config)
+    resized = Assignment((("n1", 1), ("n1", 2)), 6, 8.0)
+    actions = [
+        Action(Kind.STOP, "1", "r1-stop-1", "resized"),
+        Action(Kind.START, "2", "r1-start-2", "started", Assignment((("n1", 0),), 4, 8.0)),
+        Action(Kind.START, "1", "r1-start-1", "resized", resized),
+    ]
+    result = Actuator(slurm, store, config, clock=clock, sleep=clock.sleep).apply(obs, actions, 1)
+    assert sorted(result.done) == ["r1-start-1", "r1-start-2", "r1-stop-1"], result
+    assert released_at["2"] == 1e9 + 0.7  # no wait for a job that did not just stop
+    assert released_at["1"] >= 1e9 + 1 + CREDENTIAL_MARGIN_S and len(clock.sleeps) == 1
 
 
 def test_restart_rate_limit_keeps_a_job_running(setup):

@@ -49,15 +49,17 @@ log = logging.getLogger(__name__)
 # job created in the same second or earlier (Slurm's cred.c compares whole seconds,
 # ``ctime <= revoked``): the relaunch is then killed at once and the job ends FAILED
 # ("Killing non-startable batch JobId=J: Job credential revoked"). Slurm's own requeue waits
-# out ``cred_expire``; ``StartTime=now`` skips that wait, so a job stopped by the actuator
-# is released no earlier than this margin into the second after the one it was seen
-# stopped in (the margin covers a small clock skew to slurmctld, whose clock stamps both).
+# out ``cred_expire``; ``StartTime=now`` skips that wait, so a requeued job is released no
+# earlier than this margin into the second after its run ended: after the later of its
+# requeue (Slurm resets a requeued job's SubmitTime to the requeue time, on slurmctld's
+# clock) and the moment this actuator saw it leave its nodes. The margin covers a small
+# clock skew between this host and slurmctld.
 CREDENTIAL_MARGIN_S = 0.25
 
 
-def credential_wait_s(stopped_at: float, now: float) -> float:
-    """How long to wait before releasing a job seen stopped at ``stopped_at`` (wall clock)."""
-    return max(0.0, math.floor(stopped_at) + 1 + CREDENTIAL_MARGIN_S - now)
+def credential_wait_s(ended_at: float, now: float) -> float:
+    """How long to wait before releasing a job whose last run ended at ``ended_at`` (wall clock)."""
+    return max(0.0, math.floor(ended_at) + 1 + CREDENTIAL_MARGIN_S - now)
 
 
 class Kind(StrEnum):
@@ -380,12 +382,14 @@ class Actuator:
         for job_id in job_ids:
             self._stopped_at[job_id] = seen
 
-    def _wait_for_a_fresh_credential(self, job_id: str) -> None:
-        """Sleep until a relaunch of ``job_id`` gets a credential slurmd accepts (CREDENTIAL_MARGIN_S)."""
-        stopped = self._stopped_at.pop(job_id, None)
-        if stopped is None:
-            return
-        wait = credential_wait_s(stopped, self.clock())
+    def _wait_for_a_fresh_credential(self, sj: SlurmJob) -> None:
+        """Sleep until a relaunch of ``sj`` gets a credential slurmd accepts (CREDENTIAL_MARGIN_S)."""
+        ends = [self._stopped_at.pop(sj.id)] if sj.id in self._stopped_at else []
+        if sj.restarts > 0:
+            ends.append(sj.submit_time)  # the requeue time
+        if not ends:
+            return  # never ran: no credential was revoked
+        wait = credential_wait_s(max(ends), self.clock())
         if wait > 0:
             self.sleep(wait)
 
@@ -414,7 +418,7 @@ class Actuator:
                 shards = wanted_shards(a.assignment, obs.shards_per_gpu if sj.shards_per_node else 0)
                 fields = start_fields(a.assignment, self._audit_text(a, round_id), shards)
                 self.client.update([a.job_id], fields)
-                self._wait_for_a_fresh_credential(a.job_id)
+                self._wait_for_a_fresh_credential(sj)
                 # One release per job: a crash between two starts leaves each job either
                 # started (and logged) or untouched, so re-applying the round is exact.
                 self.client.release([a.job_id])

@@ -164,6 +164,22 @@ def test_a_job_stopped_and_started_in_one_round_is_released_in_a_later_second(se
     assert released_at["1"] >= 1e9 + 1 + CREDENTIAL_MARGIN_S and len(clock.sleeps) == 1
 
 
+def test_a_job_requeued_this_second_waits_even_for_another_actuator(setup):
+    # Job 3 of the fixture is requeued and held: Slurm reset its SubmitTime to the requeue.
+    config, slurm, store = setup
+    requeued = next(j for j in slurm.jobs() if j.id == "3")
+    assert requeued.restarts == 1
+    clock = SteppedClock(requeued.submit_time + 0.4)
+    obs = build_observation(clock(), slurm.jobs(), slurm.nodes(), {}, config)
+    start = Action(Kind.START, "3", "r1-start-3", "started", Assignment((("n1", 0),), 1, 2.0))
+    result = Actuator(slurm, store, config, clock=clock, sleep=clock.sleep).apply(obs, [start], 1)
+    assert result.done == ["r1-start-3"], result
+    assert clock.sleeps == [pytest.approx(0.6 + CREDENTIAL_MARGIN_S)]
+    clock.now += 5.0  # seconds later: released at once
+    assert Actuator(slurm, store, config, clock=clock, sleep=clock.sleep).apply(obs, [start], 2).done
+    assert len(clock.sleeps) == 1
+
+
 def test_restart_rate_limit_keeps_a_job_running(setup):
     config, slurm, store = setup
     config = replace(config, max_restarts_per_hour=2)

@@ -56,6 +56,12 @@ log = logging.getLogger(__name__)
 # clock skew between this host and slurmctld.
 CREDENTIAL_MARGIN_S = 0.25
 
+# Slurm starts a released job at its next scheduling pass (0.2-0.9 s with SLURM-NOTES'
+# scheduler settings). Until it does, the job reads as pending and not held, and a round
+# planned meanwhile would plan it as pending again, its GPUs as free: :meth:`Actuator.settle`
+# waits up to this long for the jobs the last apply released, before the next observation.
+START_SETTLE_S = 3.0
+
 
 def credential_wait_s(ended_at: float, now: float) -> float:
     """How long to wait before releasing a job whose last run ended at ``ended_at`` (wall clock)."""
@@ -249,6 +255,8 @@ class Actuator:
         self.sleep = sleep
         # When each job stopped by this actuator was seen to have left its nodes.
         self._stopped_at: dict[str, float] = {}
+        # The jobs the last apply released, until Slurm is seen to have started them.
+        self._released: set[str] = set()
 
     def apply(self, obs: Observation, actions: Sequence[Action], round_id: int) -> ApplyResult:
         result = ApplyResult()
@@ -266,6 +274,22 @@ class Actuator:
         self._start(obs, starts, round_id, result)
         self._hold(holds, round_id, result)
         return result
+
+    def settle(self, timeout_s: float = START_SETTLE_S) -> list[str]:
+        """Wait until Slurm started (or dropped) the jobs the last apply released, at most
+        ``timeout_s``; the ones still waiting (pending, not held) are returned and logged."""
+        waiting = set(self._released)
+        self._released = set()
+        deadline = self.clock() + timeout_s
+        while waiting:
+            states = self._states()
+            waiting = {j for j in waiting if j in states and states[j].is_pending and not states[j].held}
+            if not waiting or self.clock() >= deadline:
+                break
+            self.sleep(0.1)
+        if waiting:
+            log.info("released jobs %s not started by Slurm within %g s", sorted(waiting), timeout_s)
+        return sorted(waiting)
 
     # -- bookkeeping ------------------------------------------------------------------
 
@@ -422,6 +446,7 @@ class Actuator:
                 # One release per job: a crash between two starts leaves each job either
                 # started (and logged) or untouched, so re-applying the round is exact.
                 self.client.release([a.job_id])
+                self._released.add(a.job_id)
             except (MosaicError, OSError) as e:
                 self._skip(a, round_id, result, f"start failed: {e}", failed=True)
                 continue

@@ -197,6 +197,8 @@ class Controller:
         return self._round_in_progress
 
     def _tick(self, now: float, dry_run: bool) -> TickReport:
+        # Jobs released last tick and not started yet would be planned as pending again.
+        self.actuator.settle()
         obs = self.observe()
         completed = None
         unfinished = self.store.unfinished_round()

@@ -10,7 +10,7 @@ import pytest
 from planner.config import build_scheduler, preset
 from planner.errors import ConfigError
 from planner.model import Assignment
-from slurm_plugin.controller.actuate import CREDENTIAL_MARGIN_S, Action, Actuator, Kind
+from slurm_plugin.controller.actuate import CREDENTIAL_MARGIN_S, START_SETTLE_S, Action, Actuator, Kind
 from slurm_plugin.controller.config import ControllerConfig, controller_config
 from slurm_plugin.controller.loop import Controller
 from slurm_plugin.controller.observe import build_observation
@@ -178,6 +178,32 @@ def test_a_job_requeued_this_second_waits_even_for_another_actuator(setup):
     clock.now += 5.0  # seconds later: released at once
     assert Actuator(slurm, store, config, clock=clock, sleep=clock.sleep).apply(obs, [start], 2).done
     assert len(clock.sleeps) == 1
+
+
+def test_the_next_tick_first_waits_for_slurm_to_start_what_the_last_one_released(setup):
+    # A released job reads as pending (not held) until Slurm's next scheduling pass; planned
+    # then, it would be started a second time and its GPUs handed to another job.
+    config, slurm, store = setup
+    clock = SteppedClock(2e9)  # long after the fixture's requeue: no credential wait
+    actuator = Actuator(slurm, store, config, clock=clock, sleep=clock.sleep)
+    obs = build_observation(clock(), slurm.jobs(), slurm.nodes(), {}, config)
+    start = Action(Kind.START, "2", "r1-start-2", "started", Assignment((("n1", 0),), 4, 8.0))
+    assert actuator.apply(obs, [start], 1).done == ["r1-start-2"]
+    slurm._jobs = [replace(j, priority=1) if j.id == "2" else j for j in slurm._jobs]  # released
+    starts_at = clock() + 0.3
+    served = slurm.jobs
+    slurm.jobs = lambda: [
+        replace(j, state="RUNNING") if j.id == "2" and clock() >= starts_at else j for j in served()
+    ]
+    assert actuator.settle() == [] and starts_at <= clock() < starts_at + 0.2
+    before = clock()
+    assert actuator.settle() == [] and clock() == before  # nothing released since: no wait
+    # One Slurm does not start is waited for START_SETTLE_S at most, once.
+    assert actuator.apply(obs, [replace(start, job_id="3", request_id="r2-start-3")], 2).done
+    slurm._jobs = [replace(j, priority=1) if j.id == "3" else j for j in slurm._jobs]
+    before = clock()
+    assert actuator.settle() == ["3"] and START_SETTLE_S <= clock() - before < START_SETTLE_S + 0.2
+    assert actuator.settle() == []
 
 
 def test_restart_rate_limit_keeps_a_job_running(setup):

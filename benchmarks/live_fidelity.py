@@ -18,11 +18,13 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 from benchmarks.common import write_result
 from planner.config import preset
 from slurm_plugin.demo import load_trace, run_demo
+from slurm_plugin.store import Store
 
 KEYS = ("finished", "avg_jct_s", "p50_jct_s", "makespan_s", "avg_queue_s", "restarts", "gpu_util", "rounds")
 
@@ -52,6 +54,15 @@ def result_name(args: argparse.Namespace) -> str:
     return named.get(args.trace, f"live_fidelity_{Path(args.trace).stem}")
 
 
+def action_problems(store_path: Path) -> dict[str, int]:
+    """The live controller's skipped and failed actions, counted by kind, status and reason."""
+    counts: Counter[str] = Counter()
+    for _, _, _, kind, status, detail, _ in Store(store_path).actions():
+        if status in ("skipped", "failed"):
+            counts[f"{kind} {status}: {detail.split(':')[0]}"] += 1
+    return dict(sorted(counts.items()))
+
+
 def main() -> None:
     args = parse_args()
     trace = load_trace(args.trace)
@@ -68,10 +79,12 @@ def main() -> None:
                 timeout_s=args.timeout_s,
                 trace_name=args.trace,
             )
+            problems = action_problems(Path(tmp) / "spool" / "mosaic.db")
         row = {
             "preset": name,
             "live": {k: result.live.get(k) for k in KEYS},
             "sim": {k: result.sim.get(k) for k in KEYS},
+            "live_actions_not_done": problems,
         }
         row["relative_error"] = {
             k: (row["live"][k] - row["sim"][k]) / row["sim"][k]

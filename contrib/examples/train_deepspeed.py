@@ -13,17 +13,15 @@ Same deterministic data order as ``train_torch.py``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import deepspeed
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_torch import EXAMPLES, build_model, dataset
+from train_torch import EXAMPLES, build_model, dataset, end_of_step
 
 from wrapper import runtime
 
@@ -85,14 +83,7 @@ def train(args: argparse.Namespace, rt: runtime.Runtime) -> None:
             local += loss.detach().double() * micro
         torch.distributed.all_reduce(local)
         mean_loss = local.item() / global_batch
-        if rt.rank == 0 and args.loss_log:
-            with open(args.loss_log, "a", encoding="utf-8") as f:
-                f.write(json.dumps({"step": step + 1, "loss": mean_loss, "world_size": rt.world_size}) + "\n")
-        rt.report(
-            step + 1, samples=(step + 1) * global_batch, loss=mean_loss, progress=(step + 1) / args.steps
-        )
-        if args.step_sleep:
-            time.sleep(args.step_sleep)
+        end_of_step(args, rt, step + 1, mean_loss, global_batch)
         stop = rt.should_checkpoint()
         if stop or (args.checkpoint_every and (step + 1) % args.checkpoint_every == 0):
             save_dir, tag = rt.deepspeed_tag(step + 1)

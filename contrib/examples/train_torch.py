@@ -74,6 +74,18 @@ def main() -> None:
     sys.stdout.flush()
 
 
+def end_of_step(
+    args: argparse.Namespace, rt: runtime.Runtime, step: int, loss: float, global_batch: int
+) -> None:
+    """Rank 0 logs the step's loss; every rank reports its heartbeat; optional pacing."""
+    if rt.rank == 0 and args.loss_log:
+        with open(args.loss_log, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": step, "loss": loss, "world_size": rt.world_size}) + "\n")
+    rt.report(step, samples=step * global_batch, loss=loss, progress=step / args.steps)
+    if args.step_sleep:
+        time.sleep(args.step_sleep)
+
+
 def train(args: argparse.Namespace, rt: runtime.Runtime, distributed: bool) -> None:
     assert rt.plan is not None
     micro, accum, global_batch = rt.plan.micro_batch, rt.plan.grad_accum, rt.plan.global_batch
@@ -114,14 +126,7 @@ def train(args: argparse.Namespace, rt: runtime.Runtime, distributed: bool) -> N
         if distributed:
             dist.all_reduce(local)
         mean_loss = local.item() / global_batch
-        if rt.rank == 0 and args.loss_log:
-            with open(args.loss_log, "a", encoding="utf-8") as f:
-                f.write(json.dumps({"step": step + 1, "loss": mean_loss, "world_size": rt.world_size}) + "\n")
-        rt.report(
-            step + 1, samples=(step + 1) * global_batch, loss=mean_loss, progress=(step + 1) / args.steps
-        )
-        if args.step_sleep:
-            time.sleep(args.step_sleep)
+        end_of_step(args, rt, step + 1, mean_loss, global_batch)
         if rt.should_checkpoint():
             if rt.rank == args.hang_rank:
                 while True:  # a rank that ignores the checkpoint request: killed after the grace

@@ -12,17 +12,15 @@ mosaic-run refuses the plan change, naming DeepSpeed's reason, and starts no ran
 import json
 import math
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from planner.model import Assignment
 from slurm_plugin import planfile
-from wrapper import checkpoint, status
+from tests.wrapper.jobs import losses, run_mosaic_run
+from wrapper import checkpoint
 
 pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (extra 'deepspeed')")
 
@@ -44,29 +42,7 @@ def run_job(tmp_path, job_id, workers, zero_stage, *train_args, signal_after=Non
     argv += ["--checkpoint-dir", str(tmp_path / f"ckpt-{job_id}"), "--", sys.executable, str(TRAIN)]
     argv += ["--steps", str(STEPS), "--loss-log", str(log), *train_args]
     env = {**os.environ, "SLURM_JOB_ID": job_id, "MOSAIC_SPOOL": str(spool), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if signal_after is not None:
-        deadline = time.monotonic() + 300
-        while len(losses(log)) < signal_after:
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "training made no progress"
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGUSR1)
-    try:
-        _, err = proc.communicate(timeout=600)
-    except subprocess.TimeoutExpired:
-        proc.kill()  # its ranks die with it (PR_SET_PDEATHSIG): nothing is left running
-        proc.communicate()
-        raise
-    return (
-        proc.returncode,
-        err,
-        status.read_marker(status.status_dir(spool, job_id) / status.CHECKPOINT_MARKER),
-    )
-
-
-def losses(log):
-    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return run_mosaic_run(argv, env, log, spool, job_id, signal_after, progress_s=300, timeout_s=600)
 
 
 def test_zero1_on_2_ranks_resumes_as_zero2_on_4_ranks_through_a_universal_checkpoint(tmp_path):

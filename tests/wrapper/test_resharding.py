@@ -13,20 +13,18 @@ model: differences are ~1e-7, with a rare 1.6e-5 seen in one of ~20 runs). A res
 wrong step or from the wrong state moves the loss by 1e-2 or more, far outside it.
 """
 
-import json
 import math
 import os
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from planner.model import Assignment
 from slurm_plugin import planfile
-from wrapper import checkpoint, status
+from tests.wrapper.jobs import losses, run_mosaic_run
+from wrapper import checkpoint
 
 pytest.importorskip("torch", reason="torch is not installed (extra 'torch')")
 
@@ -52,31 +50,7 @@ def run_job(tmp_path, job_id, workers, *train_args, signal_after=None, grace="20
     argv += ["--checkpoint-dir", str(tmp_path / f"ckpt-{job_id}"), "--", sys.executable, str(TRAIN)]
     argv += ["--steps", str(STEPS), "--loss-log", str(log), *train_args]
     env = {**os.environ, "SLURM_JOB_ID": job_id, "MOSAIC_SPOOL": str(spool), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if signal_after is not None:
-        deadline = time.monotonic() + 120
-        while len(losses(log)) < signal_after:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "training made no progress"
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGUSR1)
-    try:
-        _, err = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        proc.kill()  # its ranks die with it (PR_SET_PDEATHSIG): nothing is left running
-        proc.communicate()
-        raise
-    return (
-        proc.returncode,
-        err,
-        status.read_marker(status.status_dir(spool, job_id) / status.CHECKPOINT_MARKER),
-    )
-
-
-def losses(log):
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return run_mosaic_run(argv, env, log, spool, job_id, signal_after, progress_s=120, timeout_s=300)
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ import pytest
 from planner.model import Assignment
 from slurm_plugin import planfile
 from slurm_plugin.controller.actuate import credential_wait_s
+from tests.wrapper.jobs import losses
 from wrapper import status
 
 pytest.importorskip("torch", reason="torch is not installed (extra 'torch')")
@@ -98,10 +99,6 @@ def wait_until_ended(cluster, job, out, what, timeout_s):
 
     wait(what, lambda: job_state(cluster, job) in ENDED, timeout_s, explain)
     assert job_state(cluster, job) == "COMPLETED", f"{what} did not complete{explain()}"
-
-
-def losses(log):
-    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
 def test_a_slurm_job_is_signalled_requeued_with_4_gpus_and_resumes(cluster, tmp_path):

@@ -13,7 +13,7 @@ from typing import Any
 
 from planner.errors import SnapshotError
 from planner.fields import Fields, json_document
-from planner.model import Assignment, Job, JobState, Node, Outcome, RoundPlan, Snapshot
+from planner.model import Assignment, Job, JobState, Node, Outcome, RoundPlan, Snapshot, demand_problem
 
 # -- snapshot --------------------------------------------------------------------------
 
@@ -71,9 +71,17 @@ def job_from_json(raw: Any, where: str, nodes: Mapping[str, Node]) -> Job:
     if state is JobState.RUNNING:
         assignment = assignment_from_json(f.data.get("assignment"), f"{f.where}.assignment", nodes)
     plan = f.opt_object("plan")
+    num_gpus = f.req_int("num_gpus", minimum=1)
+    gpu_type = f.opt_str("gpu_type")
+    min_gpus = f.opt_int("min_gpus", minimum=1)
+    max_gpus = f.opt_int("max_gpus", minimum=1)
+    gpu_types = _gpu_types(f)
+    problem = demand_problem(num_gpus, min_gpus, max_gpus, gpu_type, gpu_types)
+    if problem is not None:
+        f.fail_key(*problem)
     return Job(
         id=job_id,
-        num_gpus=f.req_int("num_gpus", minimum=1),
+        num_gpus=num_gpus,
         model=f.req_str("model"),
         submit_time_s=f.req_float("submit_time_s"),
         state=state,
@@ -85,7 +93,7 @@ def job_from_json(raw: Any, where: str, nodes: Mapping[str, Node]) -> Job:
         tenant=f.opt_str("tenant"),
         guaranteed=f.flag("guaranteed", False),
         deadline_s=f.opt_float("deadline_s"),
-        gpu_type=f.opt_str("gpu_type"),
+        gpu_type=gpu_type,
         plan=dict(plan) if plan is not None else None,
         candidate_plans=_plans(f),
         preemptible=f.flag("preemptible", True),
@@ -93,7 +101,17 @@ def job_from_json(raw: Any, where: str, nodes: Mapping[str, Node]) -> Job:
         pending_since_s=f.opt_float("pending_since_s"),
         assignment=assignment,
         policy_state=_opt_dict(f, "policy_state"),
+        min_gpus=min_gpus,
+        max_gpus=max_gpus,
+        gpu_types=gpu_types,
     )
+
+
+def _gpu_types(f: Fields) -> tuple[str, ...]:
+    raw = f.data.get("gpu_types") or []
+    if not isinstance(raw, list) or not all(isinstance(t, str) and t.strip() for t in raw):
+        f.fail_key("gpu_types", f"expected a list of GPU type names, got {raw!r}")
+    return tuple(raw)
 
 
 def _plans(f: Fields) -> tuple[dict[str, Any], ...]:
@@ -180,6 +198,8 @@ _JOB_OPTIONAL = (
     "deadline_s",
     "gpu_type",
     "pending_since_s",
+    "min_gpus",
+    "max_gpus",
 )
 
 
@@ -204,6 +224,8 @@ def job_to_json(job: Job) -> dict[str, Any]:
         out["plan"] = dict(job.plan)
     if job.candidate_plans:
         out["plans"] = [dict(p) for p in job.candidate_plans]
+    if job.gpu_types:
+        out["gpu_types"] = list(job.gpu_types)
     if job.restarts:
         out["restarts"] = job.restarts
     if job.assignment is not None:

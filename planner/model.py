@@ -21,6 +21,8 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from planner.errors import InputError
+
 GpuSlot = tuple[str, int]
 """A physical GPU: ``(node name, GPU index on that node)``."""
 
@@ -129,6 +131,13 @@ class Job:
     plans the job allows Mosaic to choose from; empty: only its own) and ``preemptible``.
     ``policy_state`` is what the scheduling policy attached to the job in the previous
     round (e.g. its Tiresias queue); the world keeps it and hands it back unchanged.
+
+    Elastic demand: ``min_gpus``/``max_gpus`` bound the GPU counts the job accepts
+    (``None``: ``num_gpus``, the count it asked for and its duration was measured with),
+    and ``gpu_types`` lists the GPU types it accepts (empty: ``gpu_type`` alone when that
+    is set, else any). A job that gives none of them is *rigid*: ``num_gpus`` GPUs of
+    ``gpu_type``, exactly as before these fields existed. A job whose demand is
+    inconsistent (see :func:`demand_problem`) cannot be built.
     """
 
     id: str
@@ -152,6 +161,47 @@ class Job:
     pending_since_s: float | None = None
     assignment: Assignment | None = None
     policy_state: Mapping[str, Any] | None = None
+    min_gpus: int | None = None
+    max_gpus: int | None = None
+    gpu_types: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.min_gpus is not None or self.max_gpus is not None or self.gpu_types:
+            problem = demand_problem(
+                self.num_gpus, self.min_gpus, self.max_gpus, self.gpu_type, self.gpu_types
+            )
+            if problem is not None:
+                raise InputError(f"job '{self.id}': key '{problem[0]}': {problem[1]}")
+
+    @property
+    def gpu_range(self) -> tuple[int, int]:
+        """The fewest and the most GPUs the job accepts (both ``num_gpus`` when rigid)."""
+        low = self.num_gpus if self.min_gpus is None else self.min_gpus
+        high = self.num_gpus if self.max_gpus is None else self.max_gpus
+        return low, high
+
+    def accepts_gpus(self, count: int) -> bool:
+        """True when the job can run on ``count`` GPUs."""
+        low, high = self.gpu_range
+        return low <= count <= high
+
+    @property
+    def accepted_types(self) -> tuple[str, ...]:
+        """The GPU types the job may run on; empty: any type."""
+        if self.gpu_types:
+            return self.gpu_types
+        return () if self.gpu_type is None else (self.gpu_type,)
+
+    def accepts_type(self, gpu_type: str) -> bool:
+        """True when the job may run on GPUs of ``gpu_type``."""
+        if self.gpu_types:
+            return gpu_type in self.gpu_types
+        return self.gpu_type is None or gpu_type == self.gpu_type
+
+    @property
+    def elastic(self) -> bool:
+        """True when the job accepts another GPU count or more than one GPU type."""
+        return self.gpu_range != (self.num_gpus, self.num_gpus) or len(self.gpu_types) > 1
 
     @property
     def is_running(self) -> bool:
@@ -160,6 +210,36 @@ class Job:
     def waiting_since(self) -> float:
         """When the job last became pending (its submission if it never ran)."""
         return self.submit_time_s if self.pending_since_s is None else self.pending_since_s
+
+
+def demand_problem(
+    num_gpus: int,
+    min_gpus: int | None,
+    max_gpus: int | None,
+    gpu_type: str | None,
+    gpu_types: tuple[str, ...],
+) -> tuple[str, str] | None:
+    """What is inconsistent in a job's GPU demand, as ``(key, message)``; ``None`` if nothing.
+
+    The rules: ``1 <= min_gpus <= num_gpus <= max_gpus`` (an absent bound is
+    ``num_gpus``), ``gpu_types`` names each type once with no empty name, and a given
+    ``gpu_type`` is one of the ``gpu_types`` (the type ``duration_s`` refers to must be
+    one the job accepts).
+    """
+    if min_gpus is not None and not 1 <= min_gpus <= num_gpus:
+        return "min_gpus", f"expected an integer in [1, num_gpus {num_gpus}], got {min_gpus}"
+    if max_gpus is not None and max_gpus < num_gpus:
+        return "max_gpus", f"expected an integer >= num_gpus {num_gpus}, got {max_gpus}"
+    seen: set[str] = set()
+    for name in gpu_types:
+        if not name.strip():
+            return "gpu_types", "a GPU type name must not be empty"
+        if name in seen:
+            return "gpu_types", f"lists {name!r} twice"
+        seen.add(name)
+    if gpu_types and gpu_type is not None and gpu_type not in seen:
+        return "gpu_types", f"gpu_type {gpu_type!r} is not among the accepted types {', '.join(gpu_types)}"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

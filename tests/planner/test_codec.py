@@ -91,6 +91,28 @@ def test_json_text_is_accepted_and_bad_json_is_named():
         (lambda d: d["nodes"][0].update(gpus=-1), r"node 'n1'\): key 'gpus'"),
         (lambda d: d.pop("time_s"), "missing required key 'time_s'"),
         (lambda d: d.update(jobs={}), "key 'jobs': expected a list"),
+        (
+            lambda d: d["jobs"][1].update(min_gpus="1"),
+            r"job 'j2'\): key 'min_gpus': expected an integer >= 1",
+        ),
+        (lambda d: d["jobs"][1].update(min_gpus=2), r"job 'j2'\): key 'min_gpus': expected an integer in"),
+        (
+            lambda d: d["jobs"][0].update(max_gpus=1),
+            r"job '7'\): key 'max_gpus': expected an integer >= num_gpus 2",
+        ),
+        (
+            lambda d: d["jobs"][1].update(gpu_types="a100"),
+            r"job 'j2'\): key 'gpu_types': expected a list of GPU",
+        ),
+        (
+            lambda d: d["jobs"][1].update(gpu_types=["a100", 3]),
+            r"key 'gpu_types': expected a list of GPU type",
+        ),
+        (lambda d: d["jobs"][1].update(gpu_types=["a100", "a100"]), r"key 'gpu_types': lists 'a100' twice"),
+        (
+            lambda d: d["jobs"][1].update(gpu_type="t4", gpu_types=["a100"]),
+            r"job 'j2'\): key 'gpu_types': gpu_type 't4' is not among",
+        ),
     ],
 )
 def test_malformed_snapshots_name_the_job_and_key(mutate, message):
@@ -98,6 +120,19 @@ def test_malformed_snapshots_name_the_job_and_key(mutate, message):
     mutate(doc)
     with pytest.raises(SnapshotError, match=message):
         snapshot_from_json(doc)
+
+
+def test_elastic_demand_parses_and_round_trips():
+    doc = _doc()
+    doc["jobs"][1].update(num_gpus=2, min_gpus=1, max_gpus=4, gpu_types=["a100", "v100"])
+    snap = snapshot_from_json(doc)
+    job = snap.jobs[1]
+    assert (job.min_gpus, job.max_gpus, job.gpu_types) == (1, 4, ("a100", "v100"))
+    assert job.gpu_range == (1, 4) and job.elastic
+    written = snapshot_to_json(snap)["jobs"]
+    assert written[1]["gpu_types"] == ["a100", "v100"] and written[1]["max_gpus"] == 4
+    assert not {"min_gpus", "max_gpus", "gpu_types"} & set(written[0])  # a rigid job writes none
+    assert snapshot_from_json(json.loads(json.dumps(snapshot_to_json(snap)))) == snap
 
 
 def test_round_plan_round_trips():

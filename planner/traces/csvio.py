@@ -1,9 +1,10 @@
 """The trace CSV format (DESIGN.md).
 
 Required columns: ``job_id,submit_time_s,num_gpus,duration_s,model``. Optional:
-``batch_size, iterations, gpu_type, tenant, guaranteed, deadline_s, plan, plans``
-(``plan`` is a JSON object, ``plans`` a JSON list of the plans the job allows Mosaic
-to choose from). Other columns are carried by the file but ignored here. Empty optional
+``batch_size, iterations, gpu_type, tenant, guaranteed, deadline_s, plan, plans,
+min_gpus, max_gpus, gpu_types`` (``plan`` is a JSON object, ``plans`` a JSON list of the
+plans the job allows Mosaic to choose from, ``gpu_types`` the ``;``-separated GPU types
+the job accepts). Other columns are carried by the file but ignored here. Empty optional
 cells mean "not given". Every error names the source, the line and the column.
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from planner.errors import TraceError
+from planner.model import demand_problem
 from planner.traces.records import TraceJob
 
 REQUIRED_COLUMNS = ("job_id", "submit_time_s", "num_gpus", "duration_s", "model")
@@ -29,6 +31,9 @@ OPTIONAL_COLUMNS = (
     "deadline_s",
     "plan",
     "plans",
+    "min_gpus",
+    "max_gpus",
+    "gpu_types",
 )
 TRACE_COLUMNS = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
 
@@ -108,24 +113,46 @@ def parse_trace(text: str, source: str = "trace") -> tuple[TraceJob, ...]:
         assert duration is not None
         if duration <= 0:
             raise r.fail("duration_s", f"expected a positive duration, got {r.cell('duration_s')!r}")
+        num_gpus = r.integer("num_gpus", required=True, minimum=1) or 1
+        gpu_type = r.cell("gpu_type").lower() or None
+        min_gpus = r.integer("min_gpus", required=False, minimum=1)
+        max_gpus = r.integer("max_gpus", required=False, minimum=1)
+        gpu_types = _parse_gpu_types(r)
+        problem = demand_problem(num_gpus, min_gpus, max_gpus, gpu_type, gpu_types)
+        if problem is not None:
+            raise r.fail(*problem)
         jobs.append(
             TraceJob(
                 job_id=job_id,
                 submit_time_s=r.number("submit_time_s", required=True, minimum=0.0) or 0.0,
-                num_gpus=r.integer("num_gpus", required=True, minimum=1) or 1,
+                num_gpus=num_gpus,
                 duration_s=duration,
                 model=r.required("model"),
                 batch_size=r.integer("batch_size", required=False, minimum=1),
                 iterations=r.integer("iterations", required=False, minimum=1),
-                gpu_type=r.cell("gpu_type").lower() or None,
+                gpu_type=gpu_type,
                 tenant=r.cell("tenant") or None,
                 guaranteed=_parse_bool(r, "guaranteed"),
                 deadline_s=r.number("deadline_s", required=False),
                 plan=_parse_plan(r),
                 plans=_parse_plans(r),
+                min_gpus=min_gpus,
+                max_gpus=max_gpus,
+                gpu_types=gpu_types,
             )
         )
     return tuple(jobs)
+
+
+def _parse_gpu_types(r: _Row) -> tuple[str, ...]:
+    """``a100;v100`` -> ``("a100", "v100")``, lower-cased like ``gpu_type``."""
+    text = r.cell("gpu_types")
+    if not text:
+        return ()
+    names = tuple(name.strip().lower() for name in text.split(";"))
+    if not all(names):
+        raise r.fail("gpu_types", f"expected GPU type names separated by ';', got {text!r}")
+    return names
 
 
 def _parse_bool(r: _Row, column: str) -> bool:
@@ -190,6 +217,8 @@ def _optional_value(job: TraceJob, column: str) -> str:
         return json.dumps(dict(value), sort_keys=True) if value is not None else ""
     if column == "plans":
         return json.dumps([dict(p) for p in value], sort_keys=True) if value else ""
+    if column == "gpu_types":
+        return ";".join(value)
     if value is None:
         return ""
     if isinstance(value, float):

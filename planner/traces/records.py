@@ -13,6 +13,8 @@ class TraceJob:
 
     ``duration_s`` is the job's isolated run time with the GPU-proportional CPU/memory
     share and its submitted plan (on ``gpu_type`` when given, else on any GPU type).
+    ``min_gpus``/``max_gpus``/``gpu_types`` are the elastic demand of
+    :class:`planner.model.Job` (absent: rigid, ``num_gpus`` of ``gpu_type``).
     """
 
     job_id: str
@@ -28,3 +30,6 @@ class TraceJob:
     deadline_s: float | None = None
     plan: Mapping[str, Any] | None = None
     plans: tuple[Mapping[str, Any], ...] = ()
+    min_gpus: int | None = None
+    max_gpus: int | None = None
+    gpu_types: tuple[str, ...] = ()

@@ -37,6 +37,25 @@ def test_csv_round_trip_with_optional_columns():
     assert parse_trace(format_trace(jobs)) == jobs
 
 
+def test_elastic_columns_parse_and_round_trip():
+    text = (
+        "job_id,submit_time_s,num_gpus,duration_s,model,gpu_type,min_gpus,max_gpus,gpu_types\n"
+        "1,0,4,3600,gpt2,a100,2,8,A100; v100\n"
+        "2,5,1,60,bert,,,,\n"
+        "3,6,2,60,bert,,,4,\n"
+    )
+    jobs = parse_trace(text)
+    assert (jobs[0].min_gpus, jobs[0].max_gpus, jobs[0].gpu_types) == (2, 8, ("a100", "v100"))
+    assert (jobs[1].min_gpus, jobs[1].max_gpus, jobs[1].gpu_types) == (None, None, ())
+    assert (jobs[2].min_gpus, jobs[2].max_gpus) == (None, 4)
+    formatted = format_trace(jobs)
+    assert formatted.splitlines()[0].endswith(",gpu_type,min_gpus,max_gpus,gpu_types")
+    assert formatted.splitlines()[1].endswith(",a100,2,8,a100;v100")
+    assert parse_trace(formatted) == jobs
+    # A trace without the columns writes none of them back.
+    assert format_trace(jobs[1:2]).splitlines()[0] == "job_id,submit_time_s,num_gpus,duration_s,model"
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -65,6 +84,30 @@ def test_csv_round_trip_with_optional_columns():
             r"column 'plan': expected a JSON",
         ),
         ("job_id,submit_time_s,num_gpus,duration_s,model\n1,0,1,5,m,extra\n", r"t.csv:2: more cells than"),
+        (
+            "job_id,submit_time_s,num_gpus,duration_s,model,min_gpus\n1,0,2,5,m,3\n",
+            r"t.csv:2: column 'min_gpus': expected an integer in \[1, num_gpus 2\], got 3",
+        ),
+        (
+            "job_id,submit_time_s,num_gpus,duration_s,model,max_gpus\n1,0,2,5,m,1\n",
+            r"t.csv:2: column 'max_gpus': expected an integer >= num_gpus 2, got 1",
+        ),
+        (
+            "job_id,submit_time_s,num_gpus,duration_s,model,max_gpus\n1,0,2,5,m,many\n",
+            r"t.csv:2: column 'max_gpus': expected a number, got 'many'",
+        ),
+        (
+            "job_id,submit_time_s,num_gpus,duration_s,model,gpu_types\n1,0,2,5,m,a100;;v100\n",
+            r"t.csv:2: column 'gpu_types': expected GPU type names separated by ';'",
+        ),
+        (
+            "job_id,submit_time_s,num_gpus,duration_s,model,gpu_types\n1,0,2,5,m,a100;A100\n",
+            r"t.csv:2: column 'gpu_types': lists 'a100' twice",
+        ),
+        (
+            "job_id,submit_time_s,num_gpus,duration_s,model,gpu_type,gpu_types\n1,0,2,5,m,t4,a100\n",
+            r"t.csv:2: column 'gpu_types': gpu_type 't4' is not among the accepted types a100",
+        ),
         ("", "empty file"),
     ],
 )

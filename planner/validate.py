@@ -1,14 +1,24 @@
 """Invariants every RoundPlan must satisfy, checked in one place.
 
+A job's assignment has a GPU count the job accepts (``num_gpus`` for a rigid job, any
+count in ``[min_gpus, max_gpus]`` for an elastic one), GPUs only of types it accepts,
+and an execution plan whose ``dp x tp x pp`` layout fits the GPUs given; no GPU holds
+more jobs than the scheduler allows and no node gives more CPUs or memory than it has.
+
 The simulator checks every plan that changes anything with :func:`plan_violations` (a
 violation is a bug in a stage, so it stops), and property tests check random snapshots.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from planner.execplan import PlanError, plan_from_mapping, resolve
 from planner.model import GpuSlot, RoundPlan, Snapshot
 
 MEM_TOLERANCE_GB = 1e-6
+LAYOUT_KEYS = ("dp", "tp", "pp")
 
 
 def plan_violations(snapshot: Snapshot, plan: RoundPlan, max_jobs_per_gpu: int = 1) -> list[str]:
@@ -26,8 +36,14 @@ def plan_violations(snapshot: Snapshot, plan: RoundPlan, max_jobs_per_gpu: int =
             continue
         if len(set(a.gpus)) != len(a.gpus):
             problems.append(f"job '{job_id}' lists a GPU twice")
-        if a.num_gpus != job.num_gpus:
+        low, high = job.gpu_range
+        if low == high and a.num_gpus != low:
             problems.append(f"job '{job_id}' asks for {job.num_gpus} GPUs but is given {a.num_gpus}")
+        elif not low <= a.num_gpus <= high:
+            problems.append(f"job '{job_id}' accepts {low} to {high} GPUs but is given {a.num_gpus}")
+        layout = plan_layout_problem(a.plan, a.num_gpus, f"job '{job_id}': plan")
+        if layout is not None:
+            problems.append(layout)
         if a.cpus < 0 or a.mem_gb < 0:
             problems.append(f"job '{job_id}' has negative CPUs or memory")
         for slot in a.gpus:
@@ -36,10 +52,9 @@ def plan_violations(snapshot: Snapshot, plan: RoundPlan, max_jobs_per_gpu: int =
                 problems.append(f"job '{job_id}' is on unknown node '{slot[0]}'")
             elif not 0 <= slot[1] < node.gpus:
                 problems.append(f"job '{job_id}' is on GPU {slot[1]} of '{slot[0]}', which has {node.gpus}")
-            elif job.gpu_type is not None and node.gpu_type != job.gpu_type:
-                problems.append(
-                    f"job '{job_id}' wants {job.gpu_type} GPUs but is on {node.gpu_type} '{slot[0]}'"
-                )
+            elif not job.accepts_type(node.gpu_type):
+                wanted = " or ".join(job.accepted_types)
+                problems.append(f"job '{job_id}' wants {wanted} GPUs but is on {node.gpu_type} '{slot[0]}'")
             else:
                 gpu_users[slot] = gpu_users.get(slot, 0) + 1
         for node_name, cpus, mem in a.node_shares():
@@ -58,3 +73,20 @@ def plan_violations(snapshot: Snapshot, plan: RoundPlan, max_jobs_per_gpu: int =
         if node is not None and mem > node.mem_gb + MEM_TOLERANCE_GB:
             problems.append(f"node '{node_name}' is given {mem:.3f} GB of {node.mem_gb}")
     return problems
+
+
+def plan_layout_problem(plan: Mapping[str, Any] | None, gpus: int, where: str) -> str | None:
+    """Why ``plan``'s ``dp x tp x pp`` layout cannot run on ``gpus`` GPUs; ``None`` if it can.
+
+    Only the layout keys are read: a plan that states none of them runs on any count
+    (``dp`` is derived), one that states ``tp``/``pp`` needs a multiple of ``tp x pp``
+    GPUs, and one that states ``dp`` needs exactly ``dp x tp x pp``.
+    """
+    if not plan or not any(key in plan for key in LAYOUT_KEYS):
+        return None
+    try:
+        layout = plan_from_mapping({k: plan[k] for k in LAYOUT_KEYS if k in plan}, where)
+        resolve(layout, gpus, where=where)
+    except PlanError as e:
+        return str(e)
+    return None

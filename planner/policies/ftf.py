@@ -7,7 +7,7 @@ Each round the policy serves the jobs whose *estimated* rho is worst first:
     T_shared ~= (now - submit) + remaining isolated time
     T_ideal   = duration * max(1, g * N / C)
 
-with g the job's GPUs, C the cluster's GPUs (of the job's requested type, if any) and
+with g the job's GPUs, C the cluster's GPUs (of the types the job accepts, if it names any) and
 N the jobs active when it arrived, itself included: on a 1/N share a job needing more
 than C/N GPUs runs proportionally slower. N is the contention the metric uses
 (:mod:`planner.metrics`); the policy counts it when it first sees a job (the active
@@ -68,7 +68,8 @@ class FinishTimeFairness:
             if not isinstance(n, int) or n < 1:
                 n = bisect.bisect_right(submits, job.submit_time_s)
                 job = replace(job, policy_state={"n": n})  # noqa: PLW2901 (the job, with its state)
-            cluster = gpus_by_type.get(job.gpu_type, 0) if job.gpu_type else total
+            accepted = job.accepted_types
+            cluster = sum(gpus_by_type.get(t, 0) for t in accepted) if accepted else total
             keyed.append(((-estimated_rho(job, now, n, cluster), arrival_key(job)), job))
         keyed.sort(key=lambda kv: kv[0])
         return [job for _, job in keyed]

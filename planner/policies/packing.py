@@ -128,11 +128,9 @@ class PackingGraph:
             elif draft.outcomes.get(job.id) not in _NEVER_PACKED:
                 self.classes.setdefault(job.num_gpus, _Class()).cols.append(job)
 
-    def largest_node(self, gpu_type: str | None) -> int:
-        """GPUs of the largest node a job asking for ``gpu_type`` may use."""
-        return max(
-            (n.gpus for n in self.snapshot.nodes if gpu_type is None or n.gpu_type == gpu_type), default=0
-        )
+    def largest_node(self, job: Job) -> int:
+        """GPUs of the largest node ``job`` may use (one of a type it accepts)."""
+        return max((n.gpus for n in self.snapshot.nodes if job.accepts_type(n.gpu_type)), default=0)
 
     def _row_kind(self, job: Job) -> tuple[object, ...]:
         a = self.draft.assignments[job.id]
@@ -151,7 +149,14 @@ class PackingGraph:
     @staticmethod
     def _col_kind(job: Job) -> tuple[object, ...]:
         current = job.assignment.plan if job.assignment is not None else job.plan
-        return (job.model, job.batch_size, job.num_gpus, plan_key(current), _plan_keys(job), job.gpu_type)
+        return (
+            job.model,
+            job.batch_size,
+            job.num_gpus,
+            plan_key(current),
+            _plan_keys(job),
+            job.accepted_types,
+        )
 
     def solve_class(self, g: int) -> ClassGraph:
         """The weighted graph of one class, ready to match."""
@@ -195,9 +200,9 @@ class PackingGraph:
         """Best combined normalised throughput of p and q over their plans."""
         a = self.draft.assignments[p.id]
         gpu_type = self.snapshot.node(a.gpus[0][0]).gpu_type
-        if q.gpu_type is not None and any(self.snapshot.node(n).gpu_type != q.gpu_type for n in a.nodes):
+        if not all(q.accepts_type(self.snapshot.node(n).gpu_type) for n in a.nodes):
             return 0.0, False, (a.plan, q.plan)
-        if len(a.per_node) > 1 and q.num_gpus <= self.largest_node(q.gpu_type):
+        if len(a.per_node) > 1 and q.num_gpus <= self.largest_node(q):
             # Consolidation: a job that some node could hold never runs spread out, not
             # even on a spread partner's GPUs.
             return 0.0, False, (a.plan, q.plan)

@@ -246,15 +246,17 @@ class ConsolidatedPlacement:
 
     @staticmethod
     def _type_ok(job: Job, board: _Board, coords: list[tuple[int, int]]) -> bool:
-        return job.gpu_type is None or all(board.nodes[i].gpu_type == job.gpu_type for i, _ in coords)
+        accepted = job.accepted_types
+        return not accepted or all(board.nodes[i].gpu_type in accepted for i, _ in coords)
 
     @staticmethod
     def _find(board: _Board, job: Job) -> tuple[Outcome, tuple[GpuSlot, ...] | None]:
         g = job.num_gpus
-        if job.gpu_type is not None:
-            if job.gpu_type not in board.groups:
+        accepted = job.accepted_types
+        if accepted:
+            types = sorted(t for t in accepted if t in board.groups)
+            if not types:
                 return Outcome.NO_GPU_TYPE, None
-            types = [job.gpu_type]
         else:
             types = sorted(board.groups)
         if all(g > board.capacity_by_type[t] for t in types):

@@ -174,10 +174,9 @@ class _Round:
     def gpu_type(self, a: Assignment) -> str:
         return self.snapshot.node(a.gpus[0][0]).gpu_type
 
-    def largest_node(self, gpu_type: str | None) -> int:
-        return max(
-            (n.gpus for n in self.snapshot.nodes if gpu_type is None or n.gpu_type == gpu_type), default=0
-        )
+    def largest_node(self, job: Job) -> int:
+        """GPUs of the largest node ``job`` may use (one of a type it accepts)."""
+        return max((n.gpus for n in self.snapshot.nodes if job.accepts_type(n.gpu_type)), default=0)
 
     def host_remaining_s(self, model: PairModel, host_id: str) -> float:
         """The host's solo time left, with the accumulation it runs with (memoised per round)."""
@@ -252,16 +251,15 @@ class _SharingStage(ABC):
         self, state: _Round, job: Job
     ) -> tuple[list[GpuSlot], list[str], Mapping[str, Any] | None] | None:
         g = job.num_gpus
-        one_node = g <= state.largest_node(job.gpu_type)
-        if not one_node and state.largest_node(job.gpu_type) == 0:
+        largest = state.largest_node(job)
+        one_node = g <= largest
+        if not one_node and largest == 0:
             return None
-        nodes = 1 if one_node else math.ceil(g / state.largest_node(job.gpu_type))
+        nodes = 1 if one_node else math.ceil(g / largest)
         candidates: dict[str, _Candidate] = {}
         for host in state.hosts:
             a = state.assignments[host]
-            if job.gpu_type is not None and any(
-                state.snapshot.node(n).gpu_type != job.gpu_type for n in a.nodes
-            ):
+            if not all(job.accepts_type(state.snapshot.node(n).gpu_type) for n in a.nodes):
                 continue
             options = self.model.options(state.jobs[host], a.plan, job, state.gpu_type(a), nodes)
             if not options.fitting:

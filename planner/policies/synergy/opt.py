@@ -152,7 +152,7 @@ def spread_over_servers(rnd: Round, demands: list[Demand], chosen: dict[str, Per
     var: list[tuple[int, int]] = []  # (server, job)
     for j, d in enumerate(demands):
         for i, n in enumerate(servers):
-            if d.job.gpu_type in (None, n.gpu_type):
+            if d.job.accepts_type(n.gpu_type):
                 var.append((i, j))
     if not var:
         return {}

@@ -74,15 +74,9 @@ class Pool:
 
     def node_sets(self, job: Job) -> list[Counts]:
         """Where ``job``'s GPUs could go: one server if they fit one, else the fewest servers."""
-        eligible = [
-            n
-            for n in self.nodes
-            if (job.gpu_type is None or n.gpu_type == job.gpu_type) and self.free_gpus[n.name]
-        ]
+        eligible = [n for n in self.nodes if job.accepts_type(n.gpu_type) and self.free_gpus[n.name]]
         g = job.num_gpus
-        largest = max(
-            (n.gpus for n in self.by_name.values() if job.gpu_type in (None, n.gpu_type)), default=0
-        )
+        largest = max((n.gpus for n in self.by_name.values() if job.accepts_type(n.gpu_type)), default=0)
         if g <= largest:
             return [((n.name, g),) for n in eligible if len(self.free_gpus[n.name]) >= g]
         by_free = sorted(eligible, key=lambda n: (-len(self.free_gpus[n.name]), self.order[n.name]))

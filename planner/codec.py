@@ -249,8 +249,14 @@ def assignment_to_json(assignment: Assignment) -> dict[str, Any]:
 
 
 def round_plan_to_json(plan: RoundPlan) -> dict[str, Any]:
+    """The RoundPlan document.
+
+    Each assignment also states the shape the round chose for its job: ``num_gpus`` and,
+    where the plan knows it, ``gpu_type`` (``null`` for GPUs of several types); its
+    ``plan`` is already there. Both are derived: :func:`assignment_from_json` ignores them.
+    """
     return {
-        "assignments": {job_id: assignment_to_json(a) for job_id, a in plan.assignments.items()},
+        "assignments": {job_id: _chosen_shape(plan, job_id, a) for job_id, a in plan.assignments.items()},
         "preempted": list(plan.preempted),
         "migrated": list(plan.migrated),
         "started": list(plan.started),
@@ -263,6 +269,14 @@ def round_plan_to_json(plan: RoundPlan) -> dict[str, Any]:
     }
 
 
+def _chosen_shape(plan: RoundPlan, job_id: str, assignment: Assignment) -> dict[str, Any]:
+    out = assignment_to_json(assignment)
+    shape: dict[str, Any] = {"gpus": out.pop("gpus"), "num_gpus": assignment.num_gpus}
+    if job_id in plan.gpu_type_of:
+        shape["gpu_type"] = plan.gpu_type_of[job_id]
+    return shape | out
+
+
 def round_plan_from_json(document: Any, source: str = "round plan") -> RoundPlan:
     """Parse a RoundPlan document (e.g. the controller's last plan, read back)."""
     top = Fields(json_document(document, source, SnapshotError), source, SnapshotError)
@@ -273,6 +287,11 @@ def round_plan_from_json(document: Any, source: str = "round plan") -> RoundPlan
         str(job_id): assignment_from_json(raw, f"{source}: assignments['{job_id}']")
         for job_id, raw in raw_assignments.items()
     }
+    gpu_type_of: dict[str, str | None] = {}
+    for job_id, raw in raw_assignments.items():
+        if "gpu_type" in raw:  # derived, but kept so a plan read back compares equal
+            f = Fields(raw, f"{source}: assignments['{job_id}']", SnapshotError)
+            gpu_type_of[str(job_id)] = f.opt_str("gpu_type")
 
     def ids(key: str) -> tuple[str, ...]:
         value = top.data.get(key) or []
@@ -305,4 +324,5 @@ def round_plan_from_json(document: Any, source: str = "round plan") -> RoundPlan
         decision_time_s=top.opt_float("decision_time_s", minimum=0.0) or 0.0,
         stage_times_s={str(k): float(v) for k, v in stage_times.items()},
         policy_state=policy_state,
+        gpu_type_of=gpu_type_of,
     )

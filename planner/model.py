@@ -293,7 +293,10 @@ class RoundPlan:
     ``reasons`` says, for every job in the snapshot, why it is where it is.
     ``stage_times_s`` breaks ``decision_time_s`` down per stage when a clock was given.
     ``policy_state`` is per-job policy state to store and hand back in the next
-    snapshot (the planner itself remembers nothing between rounds).
+    snapshot (the planner itself remembers nothing between rounds). ``gpu_type_of``
+    states, per assigned job, the type of the GPUs it was given (``None`` when they are
+    of several types); with the assignment's GPU count and plan, that is the shape the
+    round chose for the job.
     """
 
     assignments: Mapping[str, Assignment]
@@ -306,3 +309,4 @@ class RoundPlan:
     decision_time_s: float = 0.0
     stage_times_s: Mapping[str, float] = field(default_factory=dict)
     policy_state: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    gpu_type_of: Mapping[str, str | None] = field(default_factory=dict)

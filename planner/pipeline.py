@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from planner.model import Job, Outcome, RoundPlan, Snapshot
+from planner.model import Assignment, Job, Outcome, RoundPlan, Snapshot
 from planner.stages import Draft, Migration, Ordering, Packing, Placement, Reconfiguration, Shaping
 
 Clock = Callable[[], float]
@@ -116,4 +116,16 @@ def finalize(
         decision_time_s=decision_time_s,
         stage_times_s=stage_times_s or {},
         policy_state={j.id: j.policy_state for j in ordered if j.policy_state is not None},
+        gpu_type_of={job_id: gpu_type_of(snapshot, a) for job_id, a in draft.assignments.items()},
     )
+
+
+def gpu_type_of(snapshot: Snapshot, assignment: Assignment) -> str | None:
+    """The type of ``assignment``'s GPUs; ``None`` when they are of several types (or unknown)."""
+    types = set()
+    for name in assignment.nodes:
+        node = snapshot.nodes_by_name.get(name)
+        if node is None:
+            return None
+        types.add(node.gpu_type)
+    return types.pop() if len(types) == 1 else None

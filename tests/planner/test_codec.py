@@ -144,6 +144,35 @@ def test_round_plan_round_trips():
     assert round_plan_from_json(document) == plan
 
 
+def test_round_plan_states_each_jobs_count_type_and_plan():
+    nodes = [*make_nodes(1, gpu_type="t4", prefix="t"), *make_nodes(1, gpu_type="a100", prefix="a")]
+    elastic = make_job(1, 2, min_gpus=1, max_gpus=4, gpu_types=("a100", "v100"), plan={"tp": 2})
+    plan = plan_round(make_snapshot(nodes, [elastic, make_job(2, 1, 1.0, gpu_type="t4")]), scheduler("fifo"))
+    document = json.loads(json.dumps(round_plan_to_json(plan)))
+    chosen = document["assignments"]["1"]
+    assert (chosen["num_gpus"], chosen["gpu_type"], chosen["plan"]) == (2, "a100", {"tp": 2})
+    assert chosen["gpus"] == [["a1", 0], ["a1", 1]]
+    assert (document["assignments"]["2"]["num_gpus"], document["assignments"]["2"]["gpu_type"]) == (1, "t4")
+    assert plan.gpu_type_of == {"1": "a100", "2": "t4"}
+    assert round_plan_from_json(document) == plan
+
+
+def test_round_plan_gpu_type_is_null_for_gpus_of_several_types():
+    nodes = [
+        *make_nodes(1, gpus=2, gpu_type="t4", prefix="t"),
+        *make_nodes(1, gpus=2, gpu_type="a100", prefix="a"),
+    ]
+    job = running(make_job(1, 4), [("t1", 0), ("t1", 1), ("a1", 0), ("a1", 1)], 8, 32.0)
+    plan = plan_round(make_snapshot(nodes, [job]), scheduler("fifo", preemptive=False))
+    document = round_plan_to_json(plan)
+    assert document["assignments"]["1"]["gpu_type"] is None and document["assignments"]["1"]["num_gpus"] == 4
+    assert round_plan_from_json(document) == plan
+    # A document without the derived keys (an older writer) still reads.
+    for a in document["assignments"].values():
+        del a["gpu_type"], a["num_gpus"]
+    assert round_plan_from_json(document).assignments == plan.assignments
+
+
 def test_round_plan_rejects_unknown_outcomes():
     with pytest.raises(SnapshotError, match="unknown outcome 'maybe'"):
         round_plan_from_json({"assignments": {}, "reasons": {"1": "maybe"}})

@@ -7,6 +7,11 @@ the first command line)::
     #SBATCH --gres=gpu:2 -c 8 --mem=32G
     #MOSAIC --model resnet50 --global-batch-size 256 --framework torch
     #MOSAIC --plans '[{"zero_stage": 1}, {"zero_stage": 2}]' --tenant vision --guaranteed
+    #MOSAIC --min-gpus 1 --max-gpus 4 --gpu-types a100,v100
+
+``--min-gpus``/``--max-gpus``/``--gpu-types`` make the job elastic (the GPU counts and
+types it accepts, :class:`planner.model.Job`); without them it runs on the GPUs its
+``#SBATCH`` request names, as before.
 
 The metadata travels in the job's Slurm comment as ``mosaic:<compact JSON>`` (so it
 survives a lost state store and shows in ``squeue``/``sacct``), and in the state store.
@@ -38,6 +43,9 @@ DIRECTIVES: dict[str, tuple[str, str]] = {
     "--deadline-s": ("deadline_s", "positive"),
     "--duration-s": ("duration_s", "positive"),
     "--gpu-type": ("gpu_type", "str"),
+    "--min-gpus": ("min_gpus", "int"),
+    "--max-gpus": ("max_gpus", "int"),
+    "--gpu-types": ("gpu_types", "names"),
 }
 
 
@@ -65,7 +73,23 @@ def parse_directives(text: str, source: str = "script") -> dict[str, Any]:
         except ValueError as e:
             raise DirectiveError(f"{where}: cannot split the directive line: {e}") from e
         _apply_tokens(tokens, meta, where)
+        _check_demand(meta, where)
     return meta
+
+
+def _check_demand(meta: Mapping[str, Any], where: str) -> None:
+    """The directives so far must not contradict each other.
+
+    The GPU count the job asks Slurm for is not known here (it is an ``#SBATCH`` option),
+    so whether the range holds it is for the reader of the metadata to check
+    (:func:`planner.model.demand_problem`).
+    """
+    low, high = meta.get("min_gpus"), meta.get("max_gpus")
+    if low is not None and high is not None and low > high:
+        raise DirectiveError(f"{where}: --min-gpus {low} is more than --max-gpus {high}")
+    types, wanted = meta.get("gpu_types"), meta.get("gpu_type")
+    if types is not None and wanted is not None and str(wanted).lower() not in types:
+        raise DirectiveError(f"{where}: --gpu-type {wanted} is not among --gpu-types {','.join(types)}")
 
 
 def _apply_tokens(tokens: list[str], meta: dict[str, Any], where: str) -> None:
@@ -100,6 +124,14 @@ def _value(name: str, kind: str, text: str, where: str) -> Any:
         if not text:
             raise DirectiveError(f"{where}: {name} needs a non-empty value")
         return text
+    if kind == "names":
+        names = [part.strip().lower() for part in text.split(",")]  # GPU types match lower-cased
+        if not all(names):
+            raise DirectiveError(f"{where}: {name} needs GPU type names separated by ',', got {text!r}")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise DirectiveError(f"{where}: {name} lists {', '.join(twice)} twice")
+        return names
     if kind == "framework":
         if text not in FRAMEWORKS:
             raise DirectiveError(f"{where}: {name} {text!r}: expected one of {', '.join(FRAMEWORKS)}")

@@ -34,6 +34,21 @@ def test_directives_become_metadata():
     }
 
 
+def test_elastic_demand_directives():
+    script = (
+        "#!/bin/bash\n#MOSAIC --min-gpus 1 --max-gpus=8\n"
+        "#MOSAIC --gpu-type A100 --gpu-types A100,v100\necho\n"
+    )
+    assert parse_directives(script) == {
+        "min_gpus": 1,
+        "max_gpus": 8,
+        "gpu_type": "A100",
+        "gpu_types": ["a100", "v100"],
+    }
+    meta = parse_directives(script)
+    assert decode_comment(encode_comment(meta)) == meta
+
+
 def test_a_script_without_directives_has_no_metadata():
     assert parse_directives("#!/bin/sh\n#SBATCH -N1\nhostname\n") == {}
 
@@ -51,12 +66,24 @@ def test_a_script_without_directives_has_no_metadata():
         ("#MOSAIC --model", "job.sh:2: --model needs a value"),
         ("#MOSAICS --model x", "job.sh:2: '#MOSAICS' is not '#MOSAIC'"),
         ("#MOSAIC --tenant 'open", "job.sh:2: cannot split the directive line"),
+        ("#MOSAIC --min-gpus 0", "job.sh:2: --min-gpus must be positive, got 0"),
+        ("#MOSAIC --max-gpus two", "job.sh:2: --max-gpus 'two' is not a number"),
+        ("#MOSAIC --min-gpus 4 --max-gpus 2", "job.sh:2: --min-gpus 4 is more than --max-gpus 2"),
+        ("#MOSAIC --gpu-types a100,,v100", "job.sh:2: --gpu-types needs GPU type names separated by ','"),
+        ("#MOSAIC --gpu-types a100,A100", "job.sh:2: --gpu-types lists a100 twice"),
+        ("#MOSAIC --gpu-types a100 --gpu-type t4", "job.sh:2: --gpu-type t4 is not among --gpu-types a100"),
     ],
 )
 def test_errors_name_script_line_and_directive(line, message):
     with pytest.raises(DirectiveError) as info:
         parse_directives(f"#!/bin/bash\n{line}\necho\n", "job.sh")
     assert str(info.value).startswith(message)
+
+
+def test_contradicting_directives_name_the_line_that_contradicts():
+    script = "#!/bin/bash\n#MOSAIC --max-gpus 2\n#MOSAIC --model m\n#MOSAIC --min-gpus 4\necho\n"
+    with pytest.raises(DirectiveError, match=r"^job.sh:4: --min-gpus 4 is more than --max-gpus 2"):
+        parse_directives(script, "job.sh")
 
 
 def test_mosaic_submit_reports_the_bad_line_and_submits_nothing(tmp_path, capsys):

@@ -14,7 +14,7 @@ from planner.errors import ConfigError
 from slurm_plugin.cli.scheduler_args import add_scheduler_args, scheduler_config
 from slurm_plugin.controller.config import ControllerConfig, controller_config
 from slurm_plugin.controller.loop import Controller, Observer
-from slurm_plugin.controller.observe import sharing_notice
+from slurm_plugin.controller.observe import OUTSIDE_PREFIX, sharing_notice
 from slurm_plugin.files import read_toml, write_json
 from slurm_plugin.profiles_file import load_profile_store
 from slurm_plugin.slurm.backend import CliSlurm
@@ -140,16 +140,23 @@ def run_status(args: argparse.Namespace) -> int:
         ticks, failed = store.tick_counts()
         rounds = []
         for r in store.rounds(args.rounds):
+            actions = [
+                {"request_id": a[0], "job": a[2], "kind": a[3], "status": a[4], "detail": a[5]}
+                for a in store.actions(r.round_id)
+            ]
+            # A planned job whose start failed or was refused does not run (it is held again).
+            not_started = {
+                a["job"] for a in actions if a["kind"] == "start" and a["status"] in {"failed", "skipped"}
+            }
+            planned = sorted(j for j in r.plan.get("assignments", {}) if not j.startswith(OUTSIDE_PREFIX))
             rounds.append(
                 {
                     "round": r.round_id,
                     "time_s": r.time_s,
                     "status": r.status,
-                    "actions": [
-                        {"request_id": a[0], "job": a[2], "kind": a[3], "status": a[4], "detail": a[5]}
-                        for a in store.actions(r.round_id)
-                    ],
-                    "running": sorted(r.plan.get("assignments", {})),
+                    "actions": actions,
+                    "planned": planned,
+                    "running": [j for j in planned if j not in not_started],
                 }
             )
         jobs = {

@@ -37,6 +37,7 @@ from planner.errors import MosaicError
 from planner.model import Assignment
 from slurm_plugin import planfile
 from slurm_plugin.controller.config import ControllerConfig
+from slurm_plugin.controller.layout import TaskLayout, expressible_cpus, layout_fields, layout_problem
 from slurm_plugin.controller.observe import Observation
 from slurm_plugin.slurm.backend import SlurmClient
 from slurm_plugin.slurm.parse import SlurmJob, SlurmNode
@@ -63,6 +64,27 @@ CREDENTIAL_MARGIN_S = 0.25
 START_SETTLE_S = 3.0
 
 
+# Pending reasons that mean Slurm will never run the job as it is now (slurm.h's
+# ``job_state_reason``); any other reason (Resources, Priority, ReqNodeNotAvail while a
+# stopped job leaves its nodes, BeginTime) clears by itself.
+NEVER_RUNNABLE = frozenset(
+    {
+        "BadConstraints",
+        "PartitionConfig",
+        "PartitionNodeLimit",
+        "PartitionTimeLimit",
+        "InvalidAccount",
+        "InvalidQOS",
+        "QOSMaxGRESPerJob",
+    }
+)
+
+
+def never_runnable(reason: str) -> bool:
+    """Is ``reason`` (``squeue``'s state reason) one Slurm never clears by itself?"""
+    return reason.split(",", 1)[0] in NEVER_RUNNABLE
+
+
 def credential_wait_s(ended_at: float, now: float) -> float:
     """How long to wait before releasing a job whose last run ended at ``ended_at`` (wall clock)."""
     return max(0.0, math.floor(ended_at) + 1 + CREDENTIAL_MARGIN_S - now)
@@ -87,10 +109,18 @@ def request_id(round_id: int, kind: Kind, job_id: str) -> str:
     return f"r{round_id}-{kind.value}-{job_id}"
 
 
-def slurm_shape(a: Assignment) -> tuple[tuple[tuple[str, int], ...], int, int]:
-    """What Slurm can tell apart: GPUs per node, total CPUs, memory per node (MB)."""
+def slurm_shape(
+    a: Assignment, layout: TaskLayout | None = None
+) -> tuple[tuple[tuple[str, int], ...], int, int]:
+    """What Slurm can tell apart: GPUs per node, total CPUs, memory per node (MB).
+
+    With the job's ``layout``, the CPUs are those Slurm would really allocate for ``a`` (a
+    whole number per task), so a plan whose CPUs do not divide into the tasks is not
+    relaunched every round for a difference Slurm cannot express.
+    """
     per_node = tuple(sorted(a.per_node))
-    return per_node, a.cpus, mem_mb_per_node(a)
+    cpus = a.cpus if layout is None else expressible_cpus(a, layout)
+    return per_node, cpus, mem_mb_per_node(a)
 
 
 def mem_mb_per_node(a: Assignment) -> int:
@@ -111,7 +141,7 @@ def diff(obs: Observation, assignments: Mapping[str, Assignment], round_id: int)
             if target is None:
                 stops.append(Action(Kind.STOP, job_id, request_id(round_id, Kind.STOP, job_id), "preempted"))
             elif (
-                slurm_shape(current) != slurm_shape(target)
+                slurm_shape(current) != slurm_shape(target, obs.layouts.get(job_id))
                 or (current.plan or None) != (target.plan or None)
                 or sj.shards_per_node > wanted_shards(target, sj.shards_per_node)
             ):
@@ -153,27 +183,36 @@ def wanted_shards(a: Assignment, whole_gpu: int) -> int:
     return 1 if a.shares_with else whole_gpu
 
 
-def start_fields(a: Assignment, audit: str, shards: int = 0) -> dict[str, str]:
+def start_fields(
+    a: Assignment, audit: str, shards: int = 0, layout: TaskLayout | None = None
+) -> dict[str, str]:
     """``scontrol update`` fields that give a pending job exactly ``a`` (pure).
 
     ``Gres`` is per node, so a job spread over nodes must have the same GPU count on
     each (checked by :func:`infeasible`). ``MinMemoryNode`` takes integer MB only.
     ``shards`` > 0: the job was submitted with ``gres/shard`` and gets ``shard:<shards>``
     (one GPU per node; Slurm 22.05 refuses to turn a ``gpu`` request into shards or back).
+    The tasks and CPUs per task follow the job's ``layout`` (:mod:`.layout`: Slurm leaves a
+    job whose ``NumCPUs`` disagrees with its tasks in ``BadConstraints``); a job whose GPUs
+    were asked per task or per job keeps its ``Gres`` (Slurm refuses to change it).
     """
+    layout = layout or TaskLayout()
     counts = {g for _, g in a.per_node}
     (per_node,) = counts
     nodes = len(a.per_node)
-    return {
-        "NumNodes": f"{nodes}-{nodes}",
-        "Gres": f"shard:{shards}" if shards > 0 else f"gpu:{per_node}",
-        "NumCPUs": str(a.cpus),
-        "MinCPUsNode": str(max(1, a.cpus // nodes)),
-        "MinMemoryNode": str(mem_mb_per_node(a)),
-        "ReqNodeList": ",".join(a.nodes),
-        "StartTime": "now",
-        "AdminComment": audit,
-    }
+    fields = {"NumNodes": f"{nodes}-{nodes}"}
+    if layout.fixed_gpus is None:
+        fields["Gres"] = f"shard:{shards}" if shards > 0 else f"gpu:{per_node}"
+    fields.update(layout_fields(a, layout))
+    fields.update(
+        {
+            "MinMemoryNode": str(mem_mb_per_node(a)),
+            "ReqNodeList": ",".join(a.nodes),
+            "StartTime": "now",
+            "AdminComment": audit,
+        }
+    )
+    return fields
 
 
 def infeasible(a: Assignment, nodes: Mapping[str, SlurmNode]) -> str | None:
@@ -257,6 +296,8 @@ class Actuator:
         self._stopped_at: dict[str, float] = {}
         # The jobs the last apply released, until Slurm is seen to have started them.
         self._released: set[str] = set()
+        # Starts Slurm refused (never runnable), by job: the update's fields and the reason.
+        self._refused: dict[str, tuple[tuple[tuple[str, str], ...], str]] = {}
 
     def apply(self, obs: Observation, actions: Sequence[Action], round_id: int) -> ApplyResult:
         result = ApplyResult()
@@ -423,6 +464,7 @@ class Actuator:
         if not starts:
             return
         states = self._states()
+        released: dict[str, tuple[Action, tuple[tuple[str, str], ...]]] = {}
         for a in starts:
             assert a.assignment is not None
             sj = states.get(a.job_id)
@@ -432,25 +474,89 @@ class Actuator:
                 else:
                     self._skip(a, round_id, result, f"job is {sj.state if sj else 'gone'}, not pending")
                 continue
-            why = infeasible(a.assignment, obs.nodes) or shard_infeasible(a.assignment, sj, obs.nodes)
+            layout = obs.layouts.get(a.job_id) or TaskLayout()
+            why = (
+                infeasible(a.assignment, obs.nodes)
+                or shard_infeasible(a.assignment, sj, obs.nodes)
+                or layout_problem(a.assignment, layout)
+            )
             if why is not None:
                 self._skip(a, round_id, result, f"infeasible: {why}")
+                continue
+            shards = wanted_shards(a.assignment, obs.shards_per_gpu if sj.shards_per_node else 0)
+            fields = start_fields(a.assignment, self._audit_text(a, round_id), shards, layout)
+            signature = tuple(sorted((k, v) for k, v in fields.items() if k != "AdminComment"))
+            refused = self._refused.get(a.job_id)
+            if refused is not None and refused[0] == signature:
+                self._skip(a, round_id, result, f"Slurm refused this start before: {refused[1]}", failed=True)
                 continue
             version = self.store.next_plan_version(a.job_id)
             try:
                 planfile.write_plan(self.config.spool_dir, a.job_id, version, a.assignment)
-                shards = wanted_shards(a.assignment, obs.shards_per_gpu if sj.shards_per_node else 0)
-                fields = start_fields(a.assignment, self._audit_text(a, round_id), shards)
                 self.client.update([a.job_id], fields)
                 self._wait_for_a_fresh_credential(sj)
                 # One release per job: a crash between two starts leaves each job either
                 # started (and logged) or untouched, so re-applying the round is exact.
                 self.client.release([a.job_id])
-                self._released.add(a.job_id)
             except (MosaicError, OSError) as e:
                 self._skip(a, round_id, result, f"start failed: {e}", failed=True)
                 continue
-            self._done(a, round_id, result)
+            released[a.job_id] = (a, signature)
+        self._verify_starts(released, round_id, result)
+
+    def _verify_starts(
+        self,
+        released: Mapping[str, tuple[Action, tuple[tuple[str, str], ...]]],
+        round_id: int,
+        result: ApplyResult,
+    ) -> None:
+        """Wait (up to :data:`START_SETTLE_S`) until Slurm runs each released job.
+
+        A job Slurm will never run as updated (:data:`NEVER_RUNNABLE`, e.g. ``BadConstraints``)
+        is held again, its AdminComment says why, and the start is reported failed with
+        Slurm's reason; the identical start is not retried (:attr:`_refused`). A job still
+        waiting for its nodes (``Resources``, ``ReqNodeNotAvail`` while a stopped job leaves
+        them) stays released: Slurm starts it when they are free, and the next tick waits for
+        it first (:meth:`settle`).
+        """
+        waiting = dict(released)
+        deadline = self.clock() + START_SETTLE_S
+        states: dict[str, SlurmJob] = {}
+        while waiting:
+            states = self._states()
+            for job_id in list(waiting):
+                sj = states.get(job_id)
+                if sj is None or not sj.is_pending or never_runnable(sj.reason):
+                    self._settle_start(sj, *waiting.pop(job_id), round_id, result)
+            if not waiting or self.clock() >= deadline:
+                break
+            self.sleep(0.1)
+        for job_id, (a, _) in waiting.items():
+            self._released.add(job_id)
+            sj = states.get(job_id)
+            reason = sj.reason if sj is not None else "gone"
+            self._done(a, round_id, result, f"{a.reason} (released; Slurm: pending, {reason})")
+
+    def _settle_start(
+        self,
+        sj: SlurmJob | None,
+        a: Action,
+        signature: tuple[tuple[str, str], ...],
+        round_id: int,
+        result: ApplyResult,
+    ) -> None:
+        if sj is None or not sj.is_pending:
+            self._refused.pop(a.job_id, None)
+            self._done(a, round_id, result, f"{a.reason} ({sj.state.lower() if sj else 'gone'})")
+            return
+        why = f"Slurm will not run the job as updated: Reason={sj.reason}"
+        try:
+            self.client.hold([a.job_id])
+            self.client.update([a.job_id], {"AdminComment": f"mosaic {a.request_id} refused: {why}"})
+        except SlurmError as e:
+            why += f" (and holding it again failed: {e})"
+        self._refused[a.job_id] = (signature, why)
+        self._skip(a, round_id, result, why, failed=True)
 
     # -- hold -------------------------------------------------------------------------
 

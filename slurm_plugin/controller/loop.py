@@ -27,9 +27,9 @@ from slurm_plugin.controller.observe import (
     RUNNING_STATES,
     Observation,
     build_observation,
+    first_sight_meta,
     job_gpus,
 )
-from slurm_plugin.directives import decode_comment
 from slurm_plugin.slurm.backend import SlurmClient
 from slurm_plugin.slurm.parse import SlurmJob
 from slurm_plugin.slurm.runner import SlurmError
@@ -94,7 +94,7 @@ class Observer:
         managed = [sj for sj in jobs if sj.partition in partitions]
         records = self.store.jobs()
         new = [
-            (sj.id, job_gpus(sj), decode_comment(sj.comment) or {})
+            (sj.id, job_gpus(sj), first_sight_meta(sj))
             for sj in managed
             if sj.id not in records and sj.state in {"PENDING", "RUNNING"} and job_gpus(sj) > 0
         ]

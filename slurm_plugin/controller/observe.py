@@ -15,11 +15,12 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from planner.model import Assignment, Job, JobState, Node, Snapshot
 from slurm_plugin.controller.config import ControllerConfig
+from slurm_plugin.controller.layout import TaskLayout, layout_of
 from slurm_plugin.directives import decode_comment
 from slurm_plugin.slurm.parse import SlurmJob, SlurmNode
 from slurm_plugin.store import JobRecord
@@ -41,6 +42,7 @@ class Observation:
     managed: Mapping[str, SlurmJob]  # managed jobs that are pending or running, by id
     nodes: Mapping[str, SlurmNode]  # usable nodes of the managed partitions
     finished: tuple[str, ...]  # managed jobs Slurm lists as ended
+    layouts: Mapping[str, TaskLayout] = field(default_factory=dict)  # managed jobs' task layouts
 
     @property
     def shards_per_gpu(self) -> int:
@@ -55,6 +57,18 @@ class Observation:
 def job_gpus(sj: SlurmJob) -> int:
     """The GPUs a job's Slurm request asks for (all nodes; a shard job holds one GPU per node)."""
     return sj.gpus_held_per_node * max(1, sj.num_nodes)
+
+
+def first_sight_meta(sj: SlurmJob) -> dict[str, Any]:
+    """What the store records of a job the first time it is seen: its comment's metadata
+    and its task layout as submitted (Mosaic's own updates change what Slurm shows later)."""
+    return {**(decode_comment(sj.comment) or {}), "task_layout": layout_of(sj).to_json()}
+
+
+def task_layout(sj: SlurmJob, record: JobRecord | None) -> TaskLayout:
+    """The job's layout as submitted: the store's copy, else what Slurm shows now."""
+    stored = TaskLayout.from_json((record.meta or {}).get("task_layout")) if record is not None else None
+    return stored if stored is not None else layout_of(sj)
 
 
 def job_meta(sj: SlurmJob, record: JobRecord | None) -> dict[str, Any]:
@@ -125,7 +139,8 @@ def build_observation(
     # indices are assumed (no gres_detail yet) must not look like a partner of another.
     on_shards = {sj.id for sj in managed.values() if sj.shards_per_node and sj.gpu_indices}
     snapshot = Snapshot(time_s=now, nodes=nodes, jobs=with_partners(jobs, on_shards))
-    return Observation(now, snapshot, managed, usable, tuple(finished))
+    layouts = {job_id: task_layout(sj, records.get(job_id)) for job_id, sj in managed.items()}
+    return Observation(now, snapshot, managed, usable, tuple(finished), layouts)
 
 
 def with_partners(jobs: Sequence[Job], on_shards: Collection[str]) -> tuple[Job, ...]:

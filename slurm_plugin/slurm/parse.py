@@ -197,6 +197,10 @@ class SlurmJob:
     restarts: int
     comment: str
     admin_comment: str
+    tasks: int = 1  # the job's task count (Slurm fills it in when the user did not ask)
+    tasks_per_node: int = 0  # --ntasks-per-node (0: not asked)
+    gpus_per_task: int = 0  # --gpus-per-task (Slurm then refuses GPU updates)
+    gpus_per_job: int = 0  # --gpus (likewise)
 
     @property
     def held(self) -> bool:
@@ -204,9 +208,14 @@ class SlurmJob:
 
     @property
     def gpus_held_per_node(self) -> int:
-        """GPUs the job occupies on each node: its ``gpu`` count, or 1 for a shard job
-        (Slurm 22.05 puts all of a job's shards on a node on one GPU: SLURM-NOTES)."""
-        return self.gpus_per_node or (1 if self.shards_per_node else 0)
+        """GPUs the job occupies on each node: its ``gpu`` count, 1 for a shard job (Slurm
+        22.05 puts all of a job's shards on a node on one GPU), or its share of the GPUs it
+        asked per task or per job."""
+        if self.gpus_per_node or self.shards_per_node:
+            return self.gpus_per_node or 1
+        # --gpus-per-task / --gpus: squeue shows no per-node count; tasks spread evenly.
+        total = self.gpus_per_task * self.tasks or self.gpus_per_job
+        return total // max(1, self.num_nodes)
 
     @property
     def is_pending(self) -> bool:
@@ -254,7 +263,7 @@ def _job(raw: Mapping[str, Any]) -> SlurmJob:
         cpus=r.get("cpus", int, 0),
         mem_mb_per_node=r.get("memory_per_node", int),
         mem_mb_per_cpu=r.get("memory_per_cpu", int),
-        num_nodes=r.get("node_count", int, 1),
+        num_nodes=_requested_nodes(r, state),
         nodes=nodes,
         gpu_indices=indices,
         required_nodes=expand_hostlist(r.get("required_nodes", str, "")),
@@ -264,7 +273,23 @@ def _job(raw: Mapping[str, Any]) -> SlurmJob:
         restarts=r.get("restart_cnt", int, 0),
         comment=r.get("comment", str, ""),
         admin_comment=r.get("admin_comment", str, ""),
+        tasks=r.get("tasks", int, 1),
+        tasks_per_node=r.get("tasks_per_node", int, 0),
+        gpus_per_task=gres_counts(r.get("tres_per_task", str, "")).get("gpu", 0),
+        gpus_per_job=gres_counts(r.get("tres_per_job", str, "")).get("gpu", 0),
     )
+
+
+def _requested_nodes(r: _Reader, state: str) -> int:
+    """The job's node count. For a pending job ``node_count`` is slurmctld's estimate, which
+    can exceed what the job asked (``--ntasks=2 -c 2 --gres=gpu:2`` reads 2 and runs on 1
+    node, doubling its apparent GPUs); the requested TRES (``node=1``) is what it asked."""
+    count: int = r.get("node_count", int, 1)
+    if state == "PENDING":
+        requested = tres_map(r.get("tres_req_str", str, "")).get("node", "")
+        if requested.isdigit() and int(requested) > 0:
+            return int(requested)
+    return count
 
 
 UNUSABLE_NODE_STATES = frozenset({"down", "drained", "draining", "fail", "failing", "future", "unknown"})

@@ -81,6 +81,8 @@ def test_start_fields_set_exactly_the_planned_resources():
     assert fields == {
         "NumNodes": "1-1",
         "Gres": "gpu:2",
+        "NumTasks": "1",
+        "CPUsPerTask": "6",
         "NumCPUs": "6",
         "MinCPUsNode": "6",
         "MinMemoryNode": "10240",

@@ -29,6 +29,8 @@ class FakeSlurm:
         self._nodes = parse_sinfo_json((DATA / "sinfo.json").read_text())
         self.down = False
         self.calls: list[tuple[str, tuple[str, ...]]] = []
+        self.fields: dict[str, dict[str, str]] = {}
+        self.starts_on_release = True
 
     def _check(self, name: str) -> None:
         if self.down:
@@ -44,6 +46,8 @@ class FakeSlurm:
 
     def update(self, job_ids, fields):
         self.calls.append(("update", tuple(job_ids)))
+        for job_id in job_ids:
+            self.fields.setdefault(job_id, {}).update(fields)
 
     def requeue_hold(self, job_ids):
         self.calls.append(("requeuehold", tuple(job_ids)))
@@ -53,7 +57,17 @@ class FakeSlurm:
         self.calls.append(("hold", tuple(job_ids)))
 
     def release(self, job_ids):
+        """Slurm starts a released job on the nodes its last update asked for."""
         self.calls.append(("release", tuple(job_ids)))
+        if not self.starts_on_release:  # released, waiting for Slurm's next scheduling pass
+            self._jobs = [replace(j, priority=1) if j.id in job_ids else j for j in self._jobs]
+            return
+        for job_id in job_ids:
+            nodes = tuple(self.fields.get(job_id, {}).get("ReqNodeList", "n1").split(","))
+            self._jobs = [
+                replace(j, state="RUNNING", priority=1, nodes=nodes, gpu_indices=()) if j.id == job_id else j
+                for j in self._jobs
+            ]
 
     def signal(self, job_id, name):
         self.calls.append(("signal", (job_id,)))
@@ -176,34 +190,61 @@ def test_a_job_requeued_this_second_waits_even_for_another_actuator(setup):
     assert result.done == ["r1-start-3"], result
     assert clock.sleeps == [pytest.approx(0.6 + CREDENTIAL_MARGIN_S)]
     clock.now += 5.0  # seconds later: released at once
+    slurm._jobs = [replace(j, state="PENDING", priority=0) if j.id == "3" else j for j in slurm._jobs]
     assert Actuator(slurm, store, config, clock=clock, sleep=clock.sleep).apply(obs, [start], 2).done
     assert len(clock.sleeps) == 1
 
 
-def test_the_next_tick_first_waits_for_slurm_to_start_what_the_last_one_released(setup):
+def test_a_start_waits_for_slurm_to_run_the_job_and_the_next_tick_for_what_it_did_not(setup):
     # A released job reads as pending (not held) until Slurm's next scheduling pass; planned
     # then, it would be started a second time and its GPUs handed to another job.
     config, slurm, store = setup
+    slurm.starts_on_release = False
     clock = SteppedClock(2e9)  # long after the fixture's requeue: no credential wait
     actuator = Actuator(slurm, store, config, clock=clock, sleep=clock.sleep)
     obs = build_observation(clock(), slurm.jobs(), slurm.nodes(), {}, config)
     start = Action(Kind.START, "2", "r1-start-2", "started", Assignment((("n1", 0),), 4, 8.0))
-    assert actuator.apply(obs, [start], 1).done == ["r1-start-2"]
-    slurm._jobs = [replace(j, priority=1) if j.id == "2" else j for j in slurm._jobs]  # released
     starts_at = clock() + 0.3
     served = slurm.jobs
     slurm.jobs = lambda: [
         replace(j, state="RUNNING") if j.id == "2" and clock() >= starts_at else j for j in served()
     ]
-    assert actuator.settle() == [] and starts_at <= clock() < starts_at + 0.2
+    assert actuator.apply(obs, [start], 1).done == ["r1-start-2"]
+    assert starts_at <= clock() < starts_at + 0.2  # verified running before the apply returned
+    assert [a[5] for a in store.actions(1) if a[4] == "done"] == ["started (running)"]
     before = clock()
-    assert actuator.settle() == [] and clock() == before  # nothing released since: no wait
-    # One Slurm does not start is waited for START_SETTLE_S at most, once.
+    assert actuator.settle() == [] and clock() == before  # nothing left waiting: no wait
+    # One Slurm does not start within START_SETTLE_S stays released (its nodes may still be
+    # in use by a job stopped this round); the next tick waits for it once more, then plans.
     assert actuator.apply(obs, [replace(start, job_id="3", request_id="r2-start-3")], 2).done
-    slurm._jobs = [replace(j, priority=1) if j.id == "3" else j for j in slurm._jobs]
+    done = [a for a in store.actions(2) if a[4] == "done"]
+    assert done[0][5].startswith("started (released; Slurm: pending")
     before = clock()
     assert actuator.settle() == ["3"] and START_SETTLE_S <= clock() - before < START_SETTLE_S + 0.2
     assert actuator.settle() == []
+
+
+def test_a_start_slurm_will_never_run_is_held_again_reported_and_not_retried(setup):
+    # The --ntasks bug: an update Slurm accepts but never runs (BadConstraints) was reported
+    # done, and started again every tick while the job sat pending.
+    config, slurm, store = setup
+    slurm.starts_on_release = False
+    served = slurm.jobs
+    slurm.jobs = lambda: [
+        replace(j, priority=1, reason="BadConstraints") if j.id == "2" and ("release", ("2",)) in slurm.calls
+        else j for j in served()
+    ]  # fmt: skip
+    clock = SteppedClock(2e9)
+    actuator = Actuator(slurm, store, config, clock=clock, sleep=clock.sleep)
+    obs = build_observation(clock(), slurm.jobs(), slurm.nodes(), {}, config)
+    start = Action(Kind.START, "2", "r1-start-2", "placed", Assignment((("n1", 0),), 4, 8.0))
+    result = actuator.apply(obs, [start], 1)
+    assert result.done == [] and "Reason=BadConstraints" in result.failed[0][1]
+    assert ("hold", ("2",)) in slurm.calls
+    assert "refused: Slurm will not run the job" in slurm.fields["2"]["AdminComment"]
+    calls = len(slurm.calls)
+    again = actuator.apply(obs, [replace(start, request_id="r2-start-2")], 2)
+    assert again.failed[0][1].startswith("Slurm refused this start before") and len(slurm.calls) == calls
 
 
 def test_restart_rate_limit_keeps_a_job_running(setup):

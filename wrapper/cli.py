@@ -123,6 +123,7 @@ def _run(args: argparse.Namespace, command: list[str], env: dict[str, str], job_
     if latest is not None:
         previous = plan_from_mapping(latest.record.get("plan") or None, f"{latest.path}: plan")
         check_transition(previous, plan, f"job {job_id}: resuming {latest.path.name}")
+    done_dir = ckpt_root / ".mosaic" / f"done-{os.getpid()}-{time.time_ns()}"
     spool = status.spool_dir(env)
     status_dir = Path(env.get("MOSAIC_STATUS_DIR") or status.status_dir(spool, job_id))
     child_env = {
@@ -132,6 +133,9 @@ def _run(args: argparse.Namespace, command: list[str], env: dict[str, str], job_
         "MOSAIC_FRAMEWORK": framework,
         "MOSAIC_CHECKPOINT_DIR": str(ckpt_root),
         "MOSAIC_STATUS_DIR": str(status_dir),
+        # Where each rank says its work is done (Runtime.done): one directory per launch, on
+        # the checkpoint directory's file system, which every node of the job sees.
+        "MOSAIC_DONE_DIR": str(done_dir),
         # A port free on this node (the launch node, home of rank 0) beats one derived from the job
         # id, which two jobs on one node can share; every rank inherits it (srun --export=ALL).
         "MOSAIC_MASTER_PORT": env.get("MOSAIC_MASTER_PORT") or str(free_port()),
@@ -198,10 +202,11 @@ def _run(args: argparse.Namespace, command: list[str], env: dict[str, str], job_
             procs = start_srun(argv, child_env)
         else:
             procs = start_local(command, workers, job_id, child_env, output)
-        outcome = Supervisor(args.grace_s, srun=use_srun).run(procs)
+        outcome = Supervisor(args.grace_s, srun=use_srun, done_dir=done_dir, world_size=workers).run(procs)
     finally:
         if output is not None:
             output.close()
+        shutil.rmtree(done_dir, ignore_errors=True)
     if outcome.stop_signal is not None:
         done = checkpoint.latest_complete(ckpt_root)
         status.write_marker(

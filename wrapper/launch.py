@@ -26,7 +26,10 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO
+
+from wrapper.status import done_marker_name
 
 log = logging.getLogger(__name__)
 
@@ -95,16 +98,37 @@ class Outcome:
     stop_signal: str | None = None
     killed: list[int] = field(default_factory=list)  # ranks (local) or 0 (srun) killed after the grace
     failed_rank: int | None = None
+    done_ranks: list[int] = field(default_factory=list)  # died after declaring their work done
 
 
 class Supervisor:
     """Waits for the ranks, forwarding stop signals and enforcing the grace period."""
 
-    def __init__(self, grace_s: float, srun: bool = False, poll_s: float = 0.05) -> None:
+    def __init__(
+        self,
+        grace_s: float,
+        srun: bool = False,
+        poll_s: float = 0.05,
+        done_dir: Path | None = None,
+        world_size: int = 1,
+    ) -> None:
         self.grace_s = grace_s
         self.srun = srun
         self.poll_s = poll_s
+        self.done_dir = done_dir
+        self.world_size = world_size
         self._pending: list[int] = []
+
+    def _declared_done(self, proc_index: int) -> bool:
+        """Did the rank(s) behind this process say their work is done (``Runtime.done``)?
+
+        A local process is one rank; srun stands for all of them. A rank that dies after
+        saying so (gloo's threads can abort interpreter teardown: SIGABRT) finished its work.
+        """
+        if self.done_dir is None:
+            return False
+        ranks = range(self.world_size) if self.srun else (proc_index,)
+        return all((self.done_dir / done_marker_name(rank)).exists() for rank in ranks)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self._pending.append(signum)
@@ -137,7 +161,18 @@ class Supervisor:
             codes = [proc.poll() for proc in procs]
             if all(code is not None for code in codes):
                 break
-            failed = next((k for k, code in enumerate(codes) if code not in (None, 0)), None)
+            failed = next(
+                (k for k, code in enumerate(codes) if code not in (None, 0) and k not in outcome.done_ranks),
+                None,
+            )
+            if failed is not None and self._declared_done(failed):
+                log.warning(
+                    "rank %d exited with %s after its work was done and flushed: counted as success",
+                    failed,
+                    codes[failed],
+                )
+                outcome.done_ranks.append(failed)
+                failed = None
             if failed is not None and outcome.failed_rank is None:
                 outcome.failed_rank = failed
                 log.warning("rank %d exited with %s: stopping the others", failed, codes[failed])
@@ -157,7 +192,7 @@ class Supervisor:
                         self._kill(proc)
                 deadline = None
             time.sleep(self.poll_s)
-        outcome.returncode = _combined(procs, outcome.failed_rank)
+        outcome.returncode = _combined(procs, outcome.failed_rank, outcome.done_ranks)
         return outcome
 
     def _send(self, proc: subprocess.Popen[bytes], signum: int) -> None:
@@ -189,9 +224,12 @@ class Supervisor:
         proc.wait()
 
 
-def _combined(procs: Sequence[subprocess.Popen[bytes]], failed_rank: int | None) -> int:
-    """The job's status: 0 when every rank succeeded, else the first failure's (128+N for signal N)."""
-    codes: list[int] = [int(proc.returncode or 0) for proc in procs]
+def _combined(
+    procs: Sequence[subprocess.Popen[bytes]], failed_rank: int | None, done: Sequence[int] = ()
+) -> int:
+    """The job's status: 0 when every rank succeeded (or died after its work was done), else
+    the first failure's (128+N for signal N)."""
+    codes: list[int] = [0 if k in done else int(proc.returncode or 0) for k, proc in enumerate(procs)]
     order = [failed_rank] if failed_rank is not None else []
     for k in [*order, *range(len(codes))]:
         code: int = codes[k]

@@ -13,6 +13,7 @@
         if rt.should_checkpoint():           # collective: every rank calls it at every step
             rt.save_checkpoint(step + 1, model, optim)
             break                            # exit cleanly; the controller relaunches the job
+    rt.done()                                # collective: the work is done and flushed
 
 Signals. ``mosaic-run`` forwards the controller's checkpoint signal (USR1, or TERM when
 Slurm requeues the job) to every rank. The handler here only sets a flag: saving inside a
@@ -33,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -127,6 +129,35 @@ class Runtime:
             "world_size": self.world_size,
             **fields,
         }
+
+    # -- the end ---------------------------------------------------------------------
+    def done(self) -> None:
+        """Say this rank's work is done: call once, after the last step and checkpoint.
+
+        Collective when ``torch.distributed`` is initialised (every rank calls it): a
+        barrier, then each rank flushes its output and writes its done-marker
+        (``$MOSAIC_DONE_DIR``), then a second barrier so every marker exists before any rank
+        goes on to exit. ``mosaic-run`` then counts a rank that dies afterwards (gloo's
+        threads can abort interpreter teardown: ``terminate called without an active
+        exception``, SIGABRT) as having succeeded, and logs it. Without ``mosaic-run`` it only
+        flushes.
+        """
+        dist = _dist()
+        distributed = dist is not None and dist.is_initialized()
+        if distributed:
+            dist.barrier()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        done_dir = self.env.get("MOSAIC_DONE_DIR")
+        if done_dir:
+            path = Path(done_dir) / status.done_marker_name(self.rank)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(f"{time.time():.3f}\n")
+                f.flush()
+                os.fsync(f.fileno())
+        if distributed:
+            dist.barrier()
 
     # -- checkpoints -----------------------------------------------------------------
     def resume_path(self) -> Path | None:

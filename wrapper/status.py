@@ -84,3 +84,10 @@ def read_marker(path: str | Path) -> dict[str, Any] | None:
     except (FileNotFoundError, json.JSONDecodeError):
         return None
     return record if isinstance(record, dict) else None
+
+
+def done_marker_name(rank: int) -> str:
+    """The file a rank writes in ``$MOSAIC_DONE_DIR`` once its work is done and flushed
+    (:meth:`wrapper.runtime.Runtime.done`); ``mosaic-run`` counts a rank that dies after it
+    as a success."""
+    return f"rank-{rank}.done"

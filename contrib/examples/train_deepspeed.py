@@ -45,13 +45,12 @@ def main() -> None:
     torch.set_num_threads(1)  # as in train_torch.py: a fixed summation order, no oversubscription
     deepspeed.init_distributed(dist_backend="gloo")
     train(args, rt)
-    # As in train_torch.py: the engine is gone (train returned) before the process group, and
-    # every rank reaches the end before any tears down. Leaving the group to interpreter exit
-    # lets a rank abort in gloo's thread destructors ("terminate called without an active
-    # exception", SIGABRT) while a peer still talks to it.
-    torch.distributed.barrier()
+    # Say the work is done and flushed (a barrier, every rank's done-marker, a barrier):
+    # mosaic-run then counts a rank that aborts in gloo's thread destructors at interpreter
+    # exit ("terminate called without an active exception", SIGABRT) as a success. The engine
+    # is gone (train returned) before the process group is.
+    rt.done()
     torch.distributed.destroy_process_group()
-    sys.stdout.flush()
 
 
 def train(args: argparse.Namespace, rt: runtime.Runtime) -> None:
@@ -96,9 +95,3 @@ def train(args: argparse.Namespace, rt: runtime.Runtime) -> None:
 
 if __name__ == "__main__":
     main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Training is done, the process group destroyed, every file closed. Still, gloo's worker
-    # threads can make interpreter teardown abort ("terminate called without an active
-    # exception", SIGABRT) now and then under load: skip that teardown.
-    os._exit(0)

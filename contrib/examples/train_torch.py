@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import time
 
 import torch
@@ -66,13 +64,14 @@ def main() -> None:
         dist.init_process_group("gloo")
     assert rt.plan is not None and rt.plan.is_resolved, "run under mosaic-run with a global batch"
     train(args, rt, distributed)
+    # Say the work is done and flushed (a barrier, every rank's done-marker, a barrier):
+    # mosaic-run then counts a rank that aborts in gloo's thread destructors at interpreter
+    # exit ("terminate called without an active exception", SIGABRT) as a success.
+    rt.done()
     if distributed:
         # The model, its DDP reducer and the optimizer are gone (train returned) before the group
-        # is: destroying DDP after its process group can hang at exit, and every rank reaches the
-        # end before rank 0, which hosts the rendezvous store, tears down (pytorch/pytorch#75097).
-        dist.barrier()
+        # is: destroying DDP after its process group can hang at exit (pytorch/pytorch#75097).
         dist.destroy_process_group()
-    sys.stdout.flush()
 
 
 def end_of_step(
@@ -148,9 +147,3 @@ class _null:
 
 if __name__ == "__main__":
     main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Training is done, the process group destroyed, every file closed. Still, gloo's worker
-    # threads can make interpreter teardown abort ("terminate called without an active
-    # exception", SIGABRT) now and then under load: skip that teardown.
-    os._exit(0)

@@ -76,6 +76,22 @@ def test_when_one_rank_fails_the_others_are_stopped_and_its_status_is_the_jobs(t
     assert marker(tmp_path) is None  # no checkpoint signal, no marker
 
 
+def test_a_rank_that_dies_after_its_work_is_done_does_not_fail_the_job(tmp_path):
+    # gloo's threads can abort interpreter teardown (SIGABRT) after training finished; a
+    # script that said Runtime.done() succeeded, and mosaic-run says what it saw.
+    proc, _ = start(tmp_path, "done-abort1")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "rank 1 exited with -6 after its work was done and flushed: counted as success" in err
+    assert not list((tmp_path / "ckpt" / ".mosaic").glob("done-*"))  # per-launch markers removed
+
+
+def test_a_rank_that_dies_before_saying_its_work_is_done_fails_the_job(tmp_path):
+    proc, _ = start(tmp_path, "abort1")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGABRT, err
+
+
 def test_each_rank_gets_the_plan_and_the_torch_distributed_environment(tmp_path):
     spool = tmp_path / "spool"
     planfile.write_plan(spool, "501", None, Assignment((("n1", 0), ("n1", 1)), 4, 8.0, {"zero_stage": 1}))

@@ -14,16 +14,19 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from planner.model import Assignment, Job, JobState, Node, Snapshot
+from planner.model import Assignment, Job, JobState, Node, Snapshot, demand_problem
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.layout import TaskLayout, layout_of
 from slurm_plugin.directives import decode_comment
 from slurm_plugin.slurm.parse import SlurmJob, SlurmNode
 from slurm_plugin.store import JobRecord
+
+log = logging.getLogger(__name__)
 
 OUTSIDE_PREFIX = "outside:"
 """Snapshot ids of jobs outside Mosaic's partitions (occupied capacity only)."""
@@ -250,6 +253,8 @@ def _managed_job(
     remaining = duration * (1 - progress) if duration is not None and progress is not None else None
     deadline = _positive(meta.get("deadline_s"))
     plans = meta.get("plans")
+    gpu_type = _requested_gpu_type(sj, meta, config)
+    min_gpus, max_gpus, gpu_types = _elastic_demand(sj.id, num_gpus, gpu_type, meta)
     return Job(
         id=sj.id,
         num_gpus=num_gpus,
@@ -264,7 +269,10 @@ def _managed_job(
         tenant=meta.get("tenant") if isinstance(meta.get("tenant"), str) else None,
         guaranteed=bool(meta.get("guaranteed", False)),
         deadline_s=sj.submit_time + deadline if deadline is not None else None,
-        gpu_type=_requested_gpu_type(sj, meta, config),
+        gpu_type=gpu_type,
+        min_gpus=min_gpus,
+        max_gpus=max_gpus,
+        gpu_types=gpu_types,
         plan=meta.get("plan") if isinstance(meta.get("plan"), dict) else None,
         candidate_plans=tuple(p for p in plans if isinstance(p, dict)) if isinstance(plans, list) else (),
         restarts=sj.restarts,
@@ -272,6 +280,30 @@ def _managed_job(
         assignment=assignment,
         policy_state=record.policy_state if record is not None else None,
     )
+
+
+def _elastic_demand(
+    job_id: str, num_gpus: int, gpu_type: str | None, meta: Mapping[str, Any]
+) -> tuple[int | None, int | None, tuple[str, ...]]:
+    """``#MOSAIC --min-gpus/--max-gpus/--gpu-types`` as the job's accepted shapes.
+
+    The directives are checked when the script is submitted, but not against its
+    ``#SBATCH`` GPU count: a range that leaves out the requested count is logged and the
+    job is scheduled rigid, as submitted (one bad job must not fail the tick).
+    """
+
+    def count(key: str) -> int | None:
+        value = meta.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+    raw = meta.get("gpu_types")
+    types = tuple(str(t).lower() for t in raw if isinstance(t, str)) if isinstance(raw, list) else ()
+    low, high = count("min_gpus"), count("max_gpus")
+    problem = demand_problem(num_gpus, low, high, gpu_type, types)
+    if problem is not None:
+        log.warning("job %s: %s %s; scheduled as submitted (rigid)", job_id, *problem)
+        return None, None, ()
+    return low, high, types
 
 
 def _positive(value: Any) -> float | None:

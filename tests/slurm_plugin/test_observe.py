@@ -103,3 +103,19 @@ def test_snapshot_round_trips_through_the_json_contract_and_plans(slurm):
 def test_unmanaged_partitions_are_configurable(slurm):
     obs = build_observation(2e9, *slurm, {}, ControllerConfig(partitions=("gpu", "other")))
     assert "5" in obs.managed and not any(j.id.startswith(OUTSIDE_PREFIX + "5") for j in obs.snapshot.jobs)
+
+
+def test_elastic_directives_reach_the_snapshot_and_a_bad_range_leaves_the_job_rigid(caplog):
+    from dataclasses import replace
+
+    from slurm_plugin.directives import encode_comment
+
+    squeue = parse_squeue_json((DATA / "squeue.json").read_text())
+    pending = next(j for j in squeue if j.state == "PENDING")
+    good = replace(pending, comment=encode_comment({"min_gpus": 1, "max_gpus": 8, "gpu_types": ["A100"]}))
+    bad = replace(pending, id="99", comment=encode_comment({"min_gpus": 64}))
+    obs = build_observation(2e9, [good, bad], parse_sinfo_json((DATA / "sinfo.json").read_text()), {}, CONFIG)
+    jobs = {j.id: j for j in obs.snapshot.jobs}
+    assert (jobs[good.id].min_gpus, jobs[good.id].max_gpus, jobs[good.id].gpu_types) == (1, 8, ("a100",))
+    assert (jobs["99"].min_gpus, jobs["99"].max_gpus, jobs["99"].elastic) == (None, None, False)
+    assert "job 99: min_gpus" in caplog.text

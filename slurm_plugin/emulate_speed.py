@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from planner import hostlist
 from planner.cluster import cluster_from_toml
 from planner.errors import InputError
 from planner.model import Assignment, Node
@@ -49,21 +50,11 @@ class EmulationError(InputError):
 
 
 def expand_hostlist(text: str) -> list[str]:
-    """Slurm's compressed hostlist (``n[1-3,05],gpu7``) as names, in order."""
-    names: list[str] = []
-    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", text.strip()):
-        match = re.match(r"^([^\[]*)\[([^\]]*)\](.*)$", part)
-        if match is None:
-            names.append(part)
-            continue
-        prefix, ranges, suffix = match.groups()
-        for item in ranges.split(","):
-            bounds = _RANGE.match(item.strip())
-            if bounds is None:
-                raise EmulationError(f"SLURM_JOB_NODELIST {text!r}: cannot read the range {item!r}")
-            lo, hi = bounds.group(1), bounds.group(2) or bounds.group(1)
-            width = len(lo) if lo.startswith("0") else 0  # n[01-03] keeps its zero padding
-            names.extend(f"{prefix}{k:0{width}d}{suffix}" for k in range(int(lo), int(hi) + 1))
+    """Slurm's compressed hostlist (``n[1-3,05],gpu7``) as names, in order (:mod:`planner.hostlist`)."""
+    try:
+        names = list(hostlist.expand_hostlist(text))
+    except hostlist.HostlistError as e:
+        raise EmulationError(f"SLURM_JOB_NODELIST: {e}") from e
     if not names:
         raise EmulationError(f"SLURM_JOB_NODELIST {text!r} names no node")
     return names

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 
 from planner.errors import InputError
+from planner.hostlist import expand_hostlist
 
 # Ports 20000-39999: above the usual service range and below Linux's default ephemeral range
 # (32768+ overlaps, but jobs on one node rarely share a job id modulo 20000).
@@ -28,14 +29,13 @@ def master_port(job_id: str) -> int:
 
 def first_host(nodelist: str) -> str:
     """The first host of a Slurm node list (``n[3-5,7],m1`` -> ``n3``), like ``scontrol show hostnames``."""
-    text = nodelist.strip()
-    match = re.match(r"^([^,\[]+)(?:\[([^\]]+)\])?", text)
-    if not match or not text:
+    try:
+        hosts = expand_hostlist(nodelist)
+    except InputError as e:
+        raise InputError(f"SLURM_JOB_NODELIST: {e}") from e
+    if not hosts:
         raise InputError(f"SLURM_JOB_NODELIST: cannot read node list {nodelist!r}")
-    prefix, ranges = match.group(1), match.group(2)
-    if ranges is None:
-        return prefix
-    return prefix + ranges.split(",")[0].split("-")[0]
+    return hosts[0]
 
 
 def task_environment(env: Mapping[str, str]) -> dict[str, str]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from planner import hostlist
 from planner.errors import MosaicError
 
 
@@ -31,39 +32,11 @@ _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
 def expand_hostlist(text: str) -> tuple[str, ...]:
-    """``n[1-3,5],m2`` -> ``(n1, n2, n3, n5, m2)`` (zero padding kept: ``g[01-02]``)."""
-    text = text.strip()
-    if not text or text in {"(null)", "None assigned"}:
-        return ()
-    out: list[str] = []
-    for part in _split_top_level(text):
-        m = re.fullmatch(r"([^\[\]]*)\[([^\]]+)\](.*)", part)
-        if m is None:
-            out.append(part)
-            continue
-        prefix, body, suffix = m.groups()
-        for item in body.split(","):
-            r = _RANGE.match(item)
-            if r is None:
-                raise SlurmParseError(f"hostlist {text!r}: bad range {item!r}")
-            lo, hi = r.group(1), r.group(2) or r.group(1)
-            width = len(lo) if lo.startswith("0") else 0
-            out += [f"{prefix}{k:0{width}d}{suffix}" for k in range(int(lo), int(hi) + 1)]
-    return tuple(out)
-
-
-def _split_top_level(text: str) -> list[str]:
-    parts, depth, start = [], 0, 0
-    for k, ch in enumerate(text):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:k])
-            start = k + 1
-    parts.append(text[start:])
-    return [p for p in parts if p]
+    """``n[1-3,5],m2`` -> ``(n1, n2, n3, n5, m2)`` (:mod:`planner.hostlist`, as a parse error)."""
+    try:
+        return hostlist.expand_hostlist(text)
+    except hostlist.HostlistError as e:
+        raise SlurmParseError(str(e)) from e
 
 
 def expand_indices(text: str) -> tuple[int, ...]:

@@ -28,6 +28,7 @@ from pathlib import Path
 from planner.errors import InputError
 from planner.execplan import PlanError, check_transition, plan_from_mapping, plan_to_mapping, resolve
 from wrapper import checkpoint, render, status
+from wrapper.allocation import adapt, mismatch, slurm_allocation
 from wrapper.deepspeed_resume import prepare_deepspeed_resume
 from wrapper.launch import TASK_SHIM, Supervisor, free_port, start_local, start_srun
 from wrapper.plandoc import JobPlan
@@ -108,6 +109,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace, command: list[str], env: dict[str, str], job_plan: JobPlan | None) -> int:
     job_id = env.get("SLURM_JOB_ID") or "local"
     framework = args.framework or "torch"
+    mismatched = None
+    alloc = slurm_allocation(env) if job_plan is not None else None
+    if job_plan is not None and alloc is not None:
+        mismatched = mismatch(job_plan.assignment, alloc)
+        if mismatched is not None:
+            # Stale or hand-changed: run what Slurm really gave, loudly (wrapper.allocation).
+            log.warning(
+                "job %s: plan file version %d does not match what Slurm gave the job (%s); "
+                "running on %s instead",
+                job_id,
+                job_plan.version,
+                mismatched,
+                alloc.describe(),
+            )
+            job_plan = adapt(job_plan, alloc, args.global_batch)
     if job_plan is not None:
         workers, submitted, version = job_plan.workers, job_plan.exec_plan, job_plan.version
     else:
@@ -180,6 +196,7 @@ def _run(args: argparse.Namespace, command: list[str], env: dict[str, str], job_
             "world_size": workers,
             "restarts": int(restarts) if restarts.isdigit() else 0,
             "plan": plan_to_mapping(plan),
+            **({"plan_mismatch": mismatched} if mismatched else {}),
         },
     )
     use_srun = args.launcher == "srun" or (

@@ -112,6 +112,24 @@ def test_each_rank_gets_the_plan_and_the_torch_distributed_environment(tmp_path)
     assert begun["step"] == 0 and begun["plan"]["zero_stage"] == 1
 
 
+def test_a_stale_plan_file_is_detected_and_the_job_runs_on_what_slurm_gave(tmp_path):
+    # The plan file says 2 GPUs; Slurm's environment says this node holds 4.
+    spool = tmp_path / "spool"
+    planfile.write_plan(spool, "501", None, Assignment((("n1", 0), ("n1", 1)), 4, 8.0, {"zero_stage": 1}))
+    slurm = {"SLURM_JOB_NODELIST": "n1", "SLURMD_NODENAME": "n1", "SLURM_JOB_GPUS": "0,1,2,3"}
+    proc, out = start(tmp_path, "normal", extra=("--global-batch", "8"), env=slurm)
+    wait_ready(out, 4, proc)
+    proc.send_signal(signal.SIGUSR1)
+    _, err = proc.communicate(timeout=30)
+    assert "plan file version 1 does not match what Slurm gave the job" in err, err
+    assert "2 GPU(s) planned on n1, Slurm gave 4" in err
+    envs = [json.loads((out / f"env-{r}.json").read_text()) for r in range(4)]
+    assert {e["WORLD_SIZE"] for e in envs} == {"4"}
+    assert json.loads(envs[0]["MOSAIC_EXEC_PLAN"])["dp"] == 4
+    (begun,) = planfile.read_heartbeats(spool, "501")
+    assert begun["world_size"] == 4 and "Slurm gave 4" in begun["plan_mismatch"]
+
+
 def test_no_rank_outlives_a_killed_mosaic_run(tmp_path):
     proc, out = start(tmp_path, "ignore1")
     wait_ready(out, 3, proc)

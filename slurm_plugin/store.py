@@ -129,6 +129,11 @@ class Store:
                 [(job_id, gpus, json.dumps(dict(meta)), now, now) for job_id, gpus, meta in jobs],
             )
 
+    def set_request(self, job_id: str, num_gpus: int) -> None:
+        """Replace the job's GPU request (``mosaic resize``: the controller keeps the new count)."""
+        with self.db:
+            self.db.execute("UPDATE jobs SET num_gpus = ? WHERE job_id = ?", (num_gpus, job_id))
+
     def set_meta(self, job_id: str, meta: Mapping[str, Any]) -> None:
         with self.db:
             self.db.execute("UPDATE jobs SET meta = ? WHERE job_id = ?", (json.dumps(dict(meta)), job_id))

@@ -19,6 +19,31 @@ from slurm_plugin.slurm.backend import SlurmClient
 RESERVED_SBATCH = ("--comment", "-H", "--hold")
 
 
+def split_arguments(tokens: Sequence[str]) -> tuple[str, list[str]]:
+    """``mosaic submit``'s positional arguments as (script, sbatch options).
+
+    Two forms: ``SCRIPT [-- SBATCH_OPTIONS...]`` and ``-- SBATCH_OPTIONS... SCRIPT`` (the
+    order ``sbatch`` itself takes: options, then the script, which is then the last word).
+    """
+    words = list(tokens)
+    if words and words[0] == "--":
+        words = words[1:]
+    if not words:
+        raise InputError("mosaic submit: no batch script given (mosaic submit SCRIPT [-- SBATCH_OPTIONS])")
+    if not words[0].startswith("-"):
+        script, options = words[0], words[1:]
+        if options and options[0] == "--":
+            options = options[1:]
+        return script, options
+    script = words[-1]
+    if script.startswith("-"):
+        raise InputError(
+            f"mosaic submit: {script!r} is an option, not a script: put the script last "
+            "(mosaic submit -- SBATCH_OPTIONS SCRIPT) or first (mosaic submit SCRIPT -- SBATCH_OPTIONS)"
+        )
+    return script, [w for w in words[:-1] if w != "--"]
+
+
 def prepare(script: str | Path, sbatch_args: Sequence[str]) -> dict[str, Any]:
     """The metadata of ``script`` (errors name the script, line and directive)."""
     for arg in sbatch_args:
@@ -30,4 +55,7 @@ def prepare(script: str | Path, sbatch_args: Sequence[str]) -> dict[str, Any]:
 def submit(client: SlurmClient, script: str | Path, sbatch_args: Sequence[str], spool: Path) -> str:
     """Submit ``script`` held with its metadata; returns the Slurm job id."""
     meta = prepare(script, sbatch_args)
-    return client.submit(str(script), list(sbatch_args), encode_comment(meta), {"MOSAIC_SPOOL": str(spool)})
+    env = {"MOSAIC_SPOOL": str(spool)}
+    if isinstance(meta.get("batch_size"), int):
+        env["MOSAIC_GLOBAL_BATCH"] = str(meta["batch_size"])  # mosaic-run's default --global-batch
+    return client.submit(str(script), list(sbatch_args), encode_comment(meta), env)

@@ -54,7 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers", type=int, help="ranks to run without a plan file (default: $SLURM_NTASKS or 1)"
     )
     parser.add_argument(
-        "--global-batch", type=int, help="the job's global batch (examples per optimizer step)"
+        "--global-batch",
+        type=int,
+        help="the job's global batch (examples per optimizer step; default: $MOSAIC_GLOBAL_BATCH, "
+        "which mosaic submit sets from #MOSAIC --global-batch-size)",
     )
     parser.add_argument(
         "--checkpoint-dir", help="where checkpoints go (default: $MOSAIC_CHECKPOINT_DIR or ./mosaic-ckpt/JOB)"
@@ -106,9 +109,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def _global_batch(given: int | None, env: dict[str, str]) -> int | None:
+    """``--global-batch``, else the job's ``#MOSAIC --global-batch-size`` (``mosaic submit``
+    exports it as ``MOSAIC_GLOBAL_BATCH``); the flag wins, with a warning when they differ."""
+    raw = env.get("MOSAIC_GLOBAL_BATCH", "").strip()
+    if raw and not raw.isdigit():
+        raise InputError(f"MOSAIC_GLOBAL_BATCH: expected a positive integer, got {raw!r}")
+    declared = int(raw) if raw else None
+    if given is not None and declared is not None and given != declared:
+        log.warning(
+            "--global-batch %d overrides the job's #MOSAIC --global-batch-size %d for this launch",
+            given,
+            declared,
+        )
+    return given if given is not None else declared
+
+
 def _run(args: argparse.Namespace, command: list[str], env: dict[str, str], job_plan: JobPlan | None) -> int:
     job_id = env.get("SLURM_JOB_ID") or "local"
     framework = args.framework or "torch"
+    args.global_batch = _global_batch(args.global_batch, env)
     mismatched = None
     alloc = slurm_allocation(env) if job_plan is not None else None
     if job_plan is not None and alloc is not None:

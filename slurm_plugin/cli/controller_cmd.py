@@ -10,17 +10,18 @@ from typing import Any
 
 from planner.codec import snapshot_to_json
 from planner.config import build_scheduler
-from planner.errors import ConfigError
+from planner.errors import ConfigError, InputError
 from slurm_plugin.cli.scheduler_args import add_scheduler_args, scheduler_config
 from slurm_plugin.controller.config import ControllerConfig, controller_config
 from slurm_plugin.controller.loop import Controller, Observer
 from slurm_plugin.controller.observe import OUTSIDE_PREFIX, sharing_notice
+from slurm_plugin.controller.resize import apply_resize
 from slurm_plugin.files import read_toml, write_json
 from slurm_plugin.profiles_file import load_profile_store
 from slurm_plugin.slurm.backend import CliSlurm
 from slurm_plugin.slurm.runner import SlurmError
 from slurm_plugin.store import Store
-from slurm_plugin.submit import submit
+from slurm_plugin.submit import split_arguments, submit
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +49,35 @@ def add_parsers(
         parents=[common],
         help="submit a batch script with #MOSAIC directives (held, for the controller)",
         description="Validates the script's #MOSAIC directives (errors name the line), then runs "
-        "sbatch --hold with the metadata in the job's comment. Arguments after the script go to "
-        "sbatch (put sbatch options before the script with --).",
+        "sbatch --hold with the metadata in the job's comment. sbatch options go after the script "
+        "and '--' (mosaic submit job.sh -- --gres=gpu:2), or after '--' and before the script, "
+        "as sbatch takes them (mosaic submit -- --gres=gpu:2 job.sh).",
+        usage="mosaic submit [OPTIONS] SCRIPT [-- SBATCH_OPTIONS...]\n"
+        "       mosaic submit [OPTIONS] -- SBATCH_OPTIONS... SCRIPT",
     )
     _live_args(s)
-    s.add_argument("script")
+    s.add_argument("script", help="the batch script (or, after --, the first sbatch option)")
     s.add_argument("sbatch_args", nargs=argparse.REMAINDER, help="options passed to sbatch")
     s.set_defaults(run=run_submit)
+
+    r = sub.add_parser(
+        "resize",
+        parents=[common],
+        help="resize a running job now (checkpoint, requeue, update, plan file, release)",
+        description="Gives a running managed job another GPU count (and CPUs, memory, execution "
+        "plan) through the controller's actuator: checkpoint signal, requeuehold, update, a new "
+        "plan file, a credential-safe release. The new count becomes the job's request, so the "
+        "controller keeps it. CPUs and memory default to the GPU-proportional share; the plan to "
+        "the job's own, re-made for the new GPU count.",
+    )
+    _live_args(r)
+    r.add_argument("job", help="the Slurm job id")
+    r.add_argument("--gpus", type=int, required=True, help="the new GPU count")
+    r.add_argument("--cpus", type=int, help="total CPUs (default: the GPU-proportional share)")
+    r.add_argument("--mem-gb", type=float, help="total memory in GB (default: the GPU-proportional share)")
+    r.add_argument("--plan", help="the execution plan as JSON (default: the job's own, for the new count)")
+    r.add_argument("--dry-run", action="store_true", help="print the target and the actions; change nothing")
+    r.set_defaults(run=run_resize)
 
     st = sub.add_parser("status", parents=[common], help="the controller's last rounds and actions, as JSON")
     _live_args(st)
@@ -127,10 +150,39 @@ def run_controller(args: argparse.Namespace) -> int:
 
 def run_submit(args: argparse.Namespace) -> int:
     config = load_config(args)
-    extra = [a for a in args.sbatch_args if a != "--"]
-    job_id = submit(_client(config), args.script, extra, config.spool_dir)
+    script, extra = split_arguments([args.script, *args.sbatch_args])
+    job_id = submit(_client(config), script, extra, config.spool_dir)
     print(job_id)
     return 0
+
+
+def run_resize(args: argparse.Namespace) -> int:
+    config = load_config(args)
+    plan = None
+    if args.plan is not None:
+        try:
+            plan = json.loads(args.plan)
+        except json.JSONDecodeError as e:
+            raise InputError(f"--plan is not valid JSON: {e.msg}") from e
+        if not isinstance(plan, dict):
+            raise InputError("--plan must be a JSON object")
+    store = Store(config.store_path)
+    try:
+        report = apply_resize(
+            _client(config),
+            store,
+            config,
+            args.job,
+            args.gpus,
+            cpus=args.cpus,
+            mem_gb=args.mem_gb,
+            plan=plan,
+            dry_run=args.dry_run,
+        )
+    finally:
+        store.close()
+    print(json.dumps(report, indent=2))
+    return 0 if report["ok"] else 1
 
 
 def run_status(args: argparse.Namespace) -> int:

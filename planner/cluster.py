@@ -1,4 +1,4 @@
-"""Cluster descriptions: the ``[[nodes]]`` TOML format of DESIGN.md.
+"""Cluster descriptions: the ``[[nodes]]`` TOML format (README.md "Cluster TOML").
 
 .. code-block:: toml
 

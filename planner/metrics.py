@@ -1,6 +1,6 @@
 """Cluster and job metrics: one implementation for the simulator and for sacct reports.
 
-Definitions (DESIGN.md "Metrics"):
+Definitions (README.md "Metric definitions"):
 
 * JCT = finish - submit; queueing delay = first start - submit;
 * makespan = last finish - first submit (or end of observation - first submit while
@@ -129,7 +129,7 @@ def summarize(
     decision_times_s: Sequence[float] = (),
     end_time_s: float | None = None,
 ) -> dict[str, Any]:
-    """The summary keys of DESIGN.md (plus ``unfinished`` and ``preemptions``).
+    """The summary keys of README.md "mosaic sim" (plus ``unfinished`` and ``preemptions``).
 
     Values that cannot be computed (no finished job, no duration) are ``None``.
     """

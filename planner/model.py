@@ -1,7 +1,7 @@
 """The planner's data model: nodes, jobs, assignments, snapshots and round plans.
 
 Everything here is a frozen dataclass: one state in (:class:`Snapshot`), one decision
-out (:class:`RoundPlan`). The JSON form of these types is the contract in DESIGN.md;
+out (:class:`RoundPlan`). The JSON form of these types is the contract README.md documents ("Contracts");
 :mod:`planner.codec` converts between the two and validates untrusted input.
 
 Conventions
@@ -123,7 +123,7 @@ class Assignment:
 class Job:
     """A training job as the planner sees it at one instant.
 
-    Fields beyond the DESIGN.md minimum are optional knowledge a scheduler may use:
+    Fields beyond the required Snapshot keys are optional knowledge a scheduler may use:
     ``duration_s`` (isolated run time, SJF/FTF), ``remaining_s`` (SRTF),
     ``pending_since_s`` (when it last became pending: Tiresias starvation promotion),
     ``gpu_type`` (a requested GPU type), ``tenant``/``guaranteed``/``deadline_s``

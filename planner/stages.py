@@ -1,4 +1,4 @@
-"""The round pipeline's extension points (Tesserae's composition, DESIGN.md "A round").
+"""The round pipeline's extension points (Tesserae's composition: order, place, pack, shape, plan, migrate).
 
 A round runs these stages in order; each is a small protocol with one method and a
 contract. Stages never mutate their inputs: each returns a new :class:`Draft`.

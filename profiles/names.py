@@ -1,7 +1,7 @@
 """Model names: canonical forms, aliases and Gavel's "Model (batch size N)" labels.
 
-Names are matched case-insensitively with punctuation ignored (DESIGN.md "Model
-names"), so ``ResNet-18``, ``resnet_18`` and ``res18`` all mean ``resnet18``.
+Names are matched case-insensitively with punctuation ignored (profiles/README.md), so
+``ResNet-18``, ``resnet_18`` and ``res18`` all mean ``resnet18``.
 """
 
 from __future__ import annotations

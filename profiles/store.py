@@ -18,7 +18,7 @@ class ProfileStore:
     Lookup ignores case and punctuation and follows aliases; Gavel-style labels
     (``"ResNet-18 (batch size 128)"``) resolve to the model. An unknown model gets a
     neutral profile and is reported once (a warning, and :attr:`unknown_models`),
-    never rejected (DESIGN.md "Model names").
+    never rejected (profiles/README.md).
     """
 
     def __init__(self, profiles: Mapping[str, Profile], *, with_builtin_colocation: bool = False) -> None:

@@ -22,7 +22,8 @@ def add_parser(
         "plan",
         parents=[common],
         help="plan one round for a snapshot (dry run) and print the RoundPlan JSON",
-        description="Reads a Snapshot (DESIGN.md contract; '-' for stdin) and prints the RoundPlan "
+        description="Reads a Snapshot (README.md, 'Snapshot and RoundPlan JSON'; '-' for stdin) and "
+        "prints the RoundPlan "
         "the scheduler would apply. decision_time_s is the planner's own time.",
     )
     p.add_argument("snapshot", metavar="SNAPSHOT.json")

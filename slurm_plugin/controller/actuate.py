@@ -12,7 +12,7 @@
 Slurm chooses GPU indices inside a node, so a plan that only renumbers a job's GPUs on
 the same node is not a relaunch; the planner reads the real indices back next round.
 
-:class:`Actuator` applies them (SLURM-NOTES' recipes): a stop signals the checkpoint to
+:class:`Actuator` applies them (recipes measured on Slurm 22.05): a stop signals the checkpoint to
 every process of the job (``scancel --signal=USR1 --full``), waits up to the grace for the
 job's checkpoint marker (or its exit), then ``requeuehold``; a start checks feasibility
 first (an impossible request would sit in ``BadConstraints`` forever), updates
@@ -57,8 +57,8 @@ log = logging.getLogger(__name__)
 # clock skew between this host and slurmctld.
 CREDENTIAL_MARGIN_S = 0.25
 
-# Slurm starts a released job at its next scheduling pass (0.2-0.9 s with SLURM-NOTES'
-# scheduler settings). Until it does, the job reads as pending and not held, and a round
+# Slurm starts a released job at its next scheduling pass (0.2-0.9 s with the scheduler
+# settings of ``etc/slurm.conf.mosaic``). Until it does, the job reads as pending and not held, and a round
 # planned meanwhile would plan it as pending again, its GPUs as free: :meth:`Actuator.settle`
 # waits up to this long for the jobs the last apply released, before the next observation.
 START_SETTLE_S = 3.0
@@ -236,7 +236,7 @@ def infeasible(a: Assignment, nodes: Mapping[str, SlurmNode]) -> str | None:
 def shard_infeasible(a: Assignment, sj: SlurmJob, nodes: Mapping[str, SlurmNode]) -> str | None:
     """Why Slurm could not run ``a`` as ``sj`` was submitted, where GPUs are shared (``None``: it can).
 
-    Measured on Slurm 22.05 (SLURM-NOTES "Sharing GPUs"; the test cluster's ``shard``
+    Measured on Slurm 22.05 (the test cluster's ``shard``
     shape): ``scontrol update`` rejects ``Gres=shard:N`` on a job submitted with
     ``--gres=gpu`` ("Invalid generic resource specification") and ``Gres=gpu:N`` on one
     submitted with shards, while a shard count can change; ``shard:N`` lands on one GPU,

@@ -1,7 +1,7 @@
 """Pure argv builders for every Slurm command Mosaic runs (no I/O here).
 
-Keeping them pure lets tests check the exact commands (SLURM-NOTES records which
-forms Slurm 22.05 accepts: ``MinMemoryNode`` takes integer MB, ``Gres=gpu:0`` still
+Keeping them pure lets tests check the exact commands (the forms Slurm 22.05
+accepts, measured on the test cluster: ``MinMemoryNode`` takes integer MB, ``Gres=gpu:0`` still
 allocates a GPU, ``StartTime=now`` skips the ``cred_expire`` wait after a requeue).
 """
 

@@ -3,7 +3,7 @@
 
 They take text and return frozen records; a malformed document raises
 :class:`SlurmParseError` naming the command and the field. Field meanings were checked
-against captured real output (``tests/data/slurm/``; SLURM-NOTES): ``squeue --json``'s
+against captured real output (``tests/data/slurm/``): ``squeue --json``'s
 ``cpus_per_task`` is always null in 22.05, so ``cpus`` (the job's total) is used;
 ``gres_detail`` (running jobs only) lists, per allocated node in ``nodes`` order, the
 GPU indices Slurm chose (``gpu:2(IDX:1-2)``).

@@ -4,7 +4,8 @@ Each fake node is one ``slurmd`` on this host (``NodeHostname=localhost`` with i
 port, Slurm's multiple-slurmd mode) with fake GPUs: character devices created with
 ``mknod`` (regular files register but jobs then get no ``CUDA_VISIBLE_DEVICES``).
 GPUs are untyped in GRES; the GPU type is a node *feature* because Slurm cannot change
-the GPU type of a pending job, while it can change its ``Features`` (SLURM-NOTES).
+the GPU type of a pending job, while it can change its ``Features``: a typed
+request merged with the old one leaves the job in ``BadConstraints``.
 
 The fast-relaunch settings below are the ones a real site running Mosaic needs too:
 

@@ -25,7 +25,7 @@ def test_names_ignore_case_punctuation_and_follow_aliases():
 
 
 def test_every_canonical_model_of_the_design_exists():
-    design = [  # the list in DESIGN.md "Model names"
+    design = [  # the canonical names every trace may use
         *("resnet18", "resnet50", "alexnet", "shufflenet", "mobilenet", "vgg19", "dcgan", "pointnet", "vae"),
         *(
             "gnmt",

@@ -127,3 +127,34 @@ def _run(live, config, common, job_id, work, out, spool, capsys):
     reference = {r["step"]: r["loss"] for r in losses(reference_log)}
     for r in records:
         assert math.isclose(r["loss"], reference[r["step"]], rel_tol=TOLERANCE), (r, reference[r["step"]])
+
+
+def test_a_stale_plan_file_loses_to_what_slurm_gave_the_job(live, tmp_path, monkeypatch):
+    # Slurm runs the job on 2 GPUs of n2; the plan file left in the spool says 1 GPU on n1.
+    monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    spool, out = tmp_path / "spool", tmp_path / "job.out"
+    config = config_for(live, spool)
+    script = tmp_path / "stale.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"#SBATCH -w n2 --gres=gpu:2 -c 2 --mem=2G -o {out}\n"
+        f"exec mosaic-run --framework torch --checkpoint-dir {tmp_path / 'ckpt'} -- "
+        f"{sys.executable} -c \"import os; e=os.environ; print('rank', e['RANK'], 'of', e['WORLD_SIZE'])\"\n"
+    )
+    env = {**os.environ, **live.env, "MOSAIC_SPOOL": str(spool)}
+    job_id = subprocess.run(
+        ["sbatch", "--parsable", "-H", str(script)], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    from planner.model import Assignment
+
+    planfile.write_plan(spool, job_id, None, Assignment((("n1", 0),), 1, 1.0, None))
+    subprocess.run(["scontrol", "release", job_id], env=env, check=True)
+    wait_for(
+        "the job to end", lambda: job_id not in jobs(config) or jobs(config)[job_id].state == "COMPLETED", 120
+    )
+    text = wait_for("its output", lambda: out.exists() and "of 2" in out.read_text() and out.read_text())
+    assert "does not match what Slurm gave the job" in text and "nodes n1 planned, Slurm gave n2" in text
+    assert sorted(line for line in text.splitlines() if line.startswith("rank ")) == [
+        "rank 0 of 2",
+        "rank 1 of 2",
+    ]

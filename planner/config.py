@@ -113,6 +113,10 @@ PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(
         "synergy-greedy": SchedulerConfig(name="synergy-greedy", policy="fifo", shaping="greedy"),
         "synergy-tune": SchedulerConfig(name="synergy-tune", policy="fifo", shaping="tune"),
         "synergy-opt": SchedulerConfig(name="synergy-opt", policy="fifo", shaping="opt"),
+        # Elastic jobs (#MOSAIC --min-gpus/--max-gpus) grow into free GPUs while the fitted
+        # scaling model says it pays, and give GPUs back to waiting jobs: the joint
+        # allocation stage Rubick and Crius build on (planner/policies/elastic.py).
+        "elastic": SchedulerConfig(name="elastic", policy="fifo", reconfiguration="elastic"),
         # Synergy §5.7: big-data multi-resource schedulers fed Synergy's best-case demands.
         "drf": SchedulerConfig(name="drf", policy="fifo", shaping="drf"),
         "tetris": SchedulerConfig(name="tetris", policy="fifo", shaping="tetris"),

@@ -55,7 +55,7 @@ def plan_round(snapshot: Snapshot, scheduler: Scheduler, clock: Clock | None = N
     draft = scheduler.shaping.shape(snapshot, draft)
     mark("shaping")
     if scheduler.reconfiguration is not None:
-        draft = scheduler.reconfiguration.reconfigure(snapshot, draft)
+        draft = scheduler.reconfiguration.reconfigure(snapshot, ordered, draft)
         mark("reconfiguration")
     if scheduler.migration is not None:
         draft = scheduler.migration.relabel(snapshot, draft)

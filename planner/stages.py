@@ -7,7 +7,8 @@ contract. Stages never mutate their inputs: each returns a new :class:`Draft`.
 2. :class:`Placement`       - admission and GPU placement without sharing;
 3. :class:`Packing`         - pending jobs onto placed jobs' GPUs (optional);
 4. :class:`Shaping`         - CPUs and memory of each placed job;
-5. :class:`Reconfiguration` - execution plan of each placed job (optional);
+5. :class:`Reconfiguration` - joint allocation: GPUs, CPUs, memory and plan of elastic jobs
+                               (optional);
 6. :class:`Migration`       - relabelling onto physical GPUs to avoid moves (optional).
 
 Implementations register by name in the registries below and are composed by
@@ -88,13 +89,25 @@ class Shaping(Protocol):
 
 
 class Reconfiguration(Protocol):
-    """Chooses each placed job's execution plan among the plans the job allows.
+    """Joint allocation: each elastic job's GPUs, CPUs, memory and execution plan, together.
 
-    Contract: changes only ``plan`` (and only for jobs that allow it); the global batch
-    size of a job never changes.
+    Runs after placement, packing and shaping, so it sees the whole draft and may decide a
+    job's resources and plan as one choice (Rubick §3-5: ZeRO-Offload needs host memory
+    and CPUs; a plan needs ``dp x tp x pp`` GPUs; Crius §4: a Cell is a GPU type, a count
+    and a plan). Contract:
+
+    * a rigid job's assignment is unchanged, except that its plan may be chosen among its
+      ``candidate_plans``;
+    * an elastic job may be admitted (an outcome ``placed``), resized, moved to another
+      GPU type it accepts, given other CPUs/memory or another plan; its GPU count stays in
+      ``[min_gpus, max_gpus]``, its GPUs of types it accepts, its plan's ``dp x tp x pp``
+      equal to its GPUs, its global batch unchanged;
+    * per node, no GPU beyond ``max_jobs_per_gpu`` jobs, CPUs and memory within the node's;
+      jobs keep the draft's priority order in ``assignments``;
+    * deterministic; re-planning the plan it produced (applied) changes nothing.
     """
 
-    def reconfigure(self, snapshot: Snapshot, draft: Draft) -> Draft: ...
+    def reconfigure(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft: ...
 
 
 class Migration(Protocol):

@@ -4,6 +4,28 @@ Importing this package registers every built-in component in the registries of
 :mod:`planner.stages`.
 """
 
-from planner.policies import basic, ftf, migration, packing, placement, shaping, sharing, synergy, tiresias
+from planner.policies import (
+    basic,
+    elastic,
+    ftf,
+    migration,
+    packing,
+    placement,
+    shaping,
+    sharing,
+    synergy,
+    tiresias,
+)
 
-__all__ = ["basic", "ftf", "migration", "packing", "placement", "shaping", "sharing", "synergy", "tiresias"]
+__all__ = [
+    "basic",
+    "elastic",
+    "ftf",
+    "migration",
+    "packing",
+    "placement",
+    "shaping",
+    "sharing",
+    "synergy",
+    "tiresias",
+]

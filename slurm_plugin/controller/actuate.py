@@ -5,7 +5,8 @@
 * a running managed job absent from the plan is **stopped** (preempted);
 * a running job whose nodes, GPU count per node, CPUs, memory or execution plan differ
   is **stopped and started** again (a migration, resize or reshape is a relaunch:
-  Slurm refuses to change a running job's resources);
+  Slurm refuses to change a running job's resources); which change is which is
+  :func:`planner.relaunch.classify`, the simulator's and ``mosaic report``'s definition too;
 * a pending job in the plan is **started**; a pending job outside it that Slurm could
   start on its own is **held**.
 
@@ -27,14 +28,17 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from planner import relaunch
 from planner.errors import MosaicError
 from planner.model import Assignment
+from planner.relaunch import Change, Shape, classify, mem_mb_per_node
 from slurm_plugin import planfile
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.layout import TaskLayout, expressible_cpus, layout_fields, layout_problem
@@ -109,26 +113,31 @@ def request_id(round_id: int, kind: Kind, job_id: str) -> str:
     return f"r{round_id}-{kind.value}-{job_id}"
 
 
-def slurm_shape(
-    a: Assignment, layout: TaskLayout | None = None
-) -> tuple[tuple[tuple[str, int], ...], int, int]:
+def slurm_shape(a: Assignment, layout: TaskLayout | None = None) -> Shape:
     """What Slurm can tell apart: GPUs per node, total CPUs, memory per node (MB).
 
     With the job's ``layout``, the CPUs are those Slurm would really allocate for ``a`` (a
     whole number per task), so a plan whose CPUs do not divide into the tasks is not
     relaunched every round for a difference Slurm cannot express.
     """
-    per_node = tuple(sorted(a.per_node))
-    cpus = a.cpus if layout is None else expressible_cpus(a, layout)
-    return per_node, cpus, mem_mb_per_node(a)
+    return relaunch.slurm_shape(as_allocated(a, layout))
 
 
-def mem_mb_per_node(a: Assignment) -> int:
-    return math.ceil(a.mem_gb * 1024 / max(1, len(a.per_node)) - 1e-6)
+def as_allocated(a: Assignment, layout: TaskLayout | None) -> Assignment:
+    """``a`` with the CPUs Slurm would allocate for it under the job's ``layout``."""
+    if layout is None:
+        return a
+    cpus = expressible_cpus(a, layout)
+    return a if cpus == a.cpus else replace(a, cpus=cpus)
 
 
 def diff(obs: Observation, assignments: Mapping[str, Assignment], round_id: int) -> list[Action]:
-    """The actions that take Slurm from ``obs`` to ``assignments`` (stops first, then starts)."""
+    """The actions that take Slurm from ``obs`` to ``assignments`` (stops first, then starts).
+
+    Whether a running job is relaunched, and why, is :func:`planner.relaunch.classify` of
+    what it runs as and the target as Slurm would run it: the definition the simulator and
+    ``mosaic report`` count restarts and migrations with.
+    """
     stops: list[Action] = []
     starts: list[Action] = []
     holds: list[Action] = []
@@ -139,13 +148,17 @@ def diff(obs: Observation, assignments: Mapping[str, Assignment], round_id: int)
         current = job.assignment if job is not None else None
         if current is not None:
             if target is None:
-                stops.append(Action(Kind.STOP, job_id, request_id(round_id, Kind.STOP, job_id), "preempted"))
-            elif (
-                slurm_shape(current) != slurm_shape(target, obs.layouts.get(job_id))
-                or (current.plan or None) != (target.plan or None)
-                or sj.shards_per_node > wanted_shards(target, sj.shards_per_node)
-            ):
-                why = _relaunch_reason(current, target)
+                why = Change.PREEMPTED.value
+                stops.append(Action(Kind.STOP, job_id, request_id(round_id, Kind.STOP, job_id), why))
+                continue
+            change = classify(current, as_allocated(target, obs.layouts.get(job_id)))
+            if change is Change.NONE and sj.shards_per_node > wanted_shards(target, sj.shards_per_node):
+                # Slurm cannot take shards from a running job: one alone on its GPU (all the
+                # GPU's shards) is relaunched with one shard to share it. The simulator has
+                # no shards; its count agrees wherever sharing also halves CPUs/memory.
+                change = Change.SHARED
+            if change.relaunch:
+                why = change.value
                 stops.append(Action(Kind.STOP, job_id, request_id(round_id, Kind.STOP, job_id), why))
                 starts.append(
                     Action(Kind.START, job_id, request_id(round_id, Kind.START, job_id), why, target)
@@ -157,16 +170,6 @@ def diff(obs: Observation, assignments: Mapping[str, Assignment], round_id: int)
             elif not sj.held:
                 holds.append(Action(Kind.HOLD, job_id, request_id(round_id, Kind.HOLD, job_id), "waits"))
     return stops + starts + holds
-
-
-def _relaunch_reason(current: Assignment, target: Assignment) -> str:
-    if current.nodes != target.nodes:
-        return "moved"
-    if current.num_gpus != target.num_gpus:
-        return "resized"
-    if target.shares_with and not current.shares_with:
-        return "shared"
-    return "reshaped"
 
 
 def wanted_shards(a: Assignment, whole_gpu: int) -> int:
@@ -213,6 +216,30 @@ def start_fields(
         }
     )
     return fields
+
+
+def retyped_features(features: str, gpu_type: str | None, gpu_types: Collection[str]) -> str | None:
+    """The job's constraint with its GPU-type feature replaced by ``gpu_type`` (pure).
+
+    GPU types are node features (a pending job's typed GRES cannot be changed in Slurm
+    22.05: the new request is merged with the old into ``BadConstraints``), so a job asked
+    with ``-C a100`` and planned onto v100 nodes needs ``Features=v100``. ``None``: nothing
+    to change (no GPU-type feature, or already the planned type). Other features are kept;
+    an alternative of GPU types (``a100|v100``) becomes the planned one.
+    """
+    if not features or gpu_type is None:
+        return None
+    tokens = re.split(r"([&|,\[\]()])", features)
+    named = [t for t in tokens if t.strip().lower() in gpu_types]
+    if not named or {t.strip().lower() for t in named} == {gpu_type}:
+        return None
+    kept = [t for t in tokens if t.strip() and t.strip().lower() not in gpu_types and t not in "&|,[]()"]
+    return "&".join([gpu_type, *kept])
+
+
+def _gpu_type(obs: Observation, a: Assignment) -> str | None:
+    types = {obs.snapshot.node(n).gpu_type for n in a.nodes if n in obs.snapshot.nodes_by_name}
+    return types.pop() if len(types) == 1 else None
 
 
 def infeasible(a: Assignment, nodes: Mapping[str, SlurmNode]) -> str | None:
@@ -485,6 +512,9 @@ class Actuator:
                 continue
             shards = wanted_shards(a.assignment, obs.shards_per_gpu if sj.shards_per_node else 0)
             fields = start_fields(a.assignment, self._audit_text(a, round_id), shards, layout)
+            features = retyped_features(sj.features, _gpu_type(obs, a.assignment), self.config.gpu_types)
+            if features is not None:
+                fields["Features"] = features
             signature = tuple(sorted((k, v) for k, v in fields.items() if k != "AdminComment"))
             refused = self._refused.get(a.job_id)
             if refused is not None and refused[0] == signature:

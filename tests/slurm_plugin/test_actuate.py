@@ -108,3 +108,15 @@ def test_infeasible_requests_are_caught_before_any_update(obs):
     assert "asked 1 GPUs, 64 CPUs" in (infeasible(_a([("n1", 0)], cpus=64), obs.nodes) or "")
     uneven = _a([("n1", 0), ("n1", 1), ("n2", 0)])
     assert "uneven GPUs per node" in (infeasible(uneven, obs.nodes) or "")
+
+
+def test_a_job_moved_to_another_gpu_type_gets_that_type_as_its_feature():
+    from slurm_plugin.controller.actuate import retyped_features
+
+    types = ("a100", "v100")
+    assert retyped_features("a100", "v100", types) == "v100"
+    assert retyped_features("a100&ib", "v100", types) == "v100&ib"  # other features kept
+    assert retyped_features("a100|v100", "v100", types) == "v100"
+    assert retyped_features("v100", "v100", types) is None  # already right
+    assert retyped_features("ib", "v100", types) is None  # no GPU-type feature: nothing to change
+    assert retyped_features("", "v100", types) is None

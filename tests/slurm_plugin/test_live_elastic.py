@@ -123,3 +123,45 @@ def _reference(tmp_path: Path) -> dict[int, float]:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return {r["step"]: r["loss"] for r in losses(log)}
+
+
+@pytest.fixture(scope="module")
+def hetero(tmp_path_factory):
+    from slurm_plugin.testcluster import lifecycle
+    from slurm_plugin.testcluster.shapes import shape_named
+    from tests.slurm_plugin.conftest import _why_no_slurm
+
+    why = _why_no_slurm()
+    if why:
+        pytest.skip(why)
+    root = tmp_path_factory.mktemp("hetero") / "cluster"
+    cluster = lifecycle.up(shape_named("hetero"), root)  # n1, n2: a100; n3, n4: v100
+    try:
+        yield cluster
+    finally:
+        lifecycle.down(root)
+
+
+def test_a_job_asked_on_one_gpu_type_runs_on_another_it_accepts(hetero, tmp_path):
+    config = config_for(hetero, tmp_path / "spool")
+    ctl = controller(config, "elastic")
+    fillers = [
+        submit_job(config, write_script(tmp_path, f"a100-{k}", 4, duration_s=36000), "-C", "a100")
+        for k in range(2)
+    ]
+    job = submit_job(
+        config,
+        write_script(tmp_path, "either", 2, duration_s=36000, directives="--gpu-types a100,v100"),
+        "-C",
+        "a100",
+    )
+    try:
+        tick = ctl.tick()
+        assert tick.ok and not tick.result.failed and not tick.result.skipped, tick.to_json()
+        sj = wait_for(
+            "the job on v100", lambda: (j := jobs(config).get(job)) and j.state == "RUNNING" and j, 30
+        )
+        assert set(sj.nodes) <= {"n3", "n4"} and "v100" in sj.features and "a100" not in sj.features
+        assert all(jobs(config)[f].state == "RUNNING" for f in fillers)
+    finally:
+        subprocess.run(["scancel", "--user=root"], env={**os.environ, **hetero.env}, check=False)

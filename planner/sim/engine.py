@@ -5,10 +5,12 @@ completion) the simulator builds a :class:`Snapshot` of the simulated cluster, c
 the very same :func:`planner.plan_round` the controller calls, checks the plan's
 invariants, and applies it:
 
-* a started job launches; a job that resumes after a preemption, moves to other GPUs
-  (a migration) or is relaunched with other CPUs/memory/plan pays a restart cost
-  (``checkpoint_s + relaunch_s``) before it makes progress again (Gavel, Tesserae and
-  Synergy all charge such a cost);
+* a started job launches; a job that resumes after a preemption, moves to other nodes
+  (a migration) or is relaunched with another GPU count, CPUs, memory or plan pays a
+  restart cost (``checkpoint_s + relaunch_s``) before it makes progress again (Gavel,
+  Tesserae and Synergy all charge such a cost); what counts as a restart or a migration is
+  :func:`planner.relaunch.classify`, shared with the live controller and ``mosaic report``
+  (GPUs renumbered on the same nodes cost nothing);
 * between planning points, running jobs progress at the speed their profile gives
   for their allocation (:class:`~planner.sim.progress.SpeedModel`), and complete at
   the exact time their work runs out, inside the round; their GPUs stay idle until the
@@ -30,6 +32,7 @@ from planner.errors import ConfigError, SimulationError
 from planner.metrics import JobRecord, active_at_arrival, summarize
 from planner.model import Assignment, Job, JobState, Node, RoundPlan, Snapshot
 from planner.pipeline import Clock, Scheduler, plan_round
+from planner.relaunch import Change, classify
 from planner.sim.progress import SpeedModel
 from planner.traces.records import TraceJob
 from planner.validate import plan_violations
@@ -310,17 +313,16 @@ class Simulator:
             if job.assignment is assignment:  # kept as it was: nothing to do
                 continue
             changed = True
-            if job.assignment is None:  # a start, or a resume after preemption
-                if job.start_time_s is None:
-                    job.start_time_s = t
-                    job.overhead_left_s = 0.0
-                else:
-                    job.restarts += 1
-                    job.overhead_left_s = restart
-            elif not job.assignment.same_resources(assignment):  # a migration or a relaunch
+            # The one definition the live controller and `mosaic report` count with too: a
+            # renumbering of GPUs on the same nodes (Change.NONE) is taken over at no cost.
+            change = classify(job.assignment, assignment, ran_before=job.start_time_s is not None)
+            if change is Change.START:
+                job.start_time_s = t
+                job.overhead_left_s = 0.0
+            elif change.restart:
                 job.restarts += 1
                 job.overhead_left_s = restart
-                if job.assignment.gpus != assignment.gpus:
+                if change.migration:
                     job.migrations += 1
             job.assignment = assignment
             job.speed = self._speed(job)

@@ -194,3 +194,41 @@ def test_packing_presets_simulate_without_breaking_invariants():
     for name in ("tesserae-t", "tesserae-ftf", "tiresias-single", "gavel-las"):
         result = simulate(nodes, trace, scheduler(name), SimConfig(), profiles=profiles())
         assert result.summary["finished"] == 60, name
+
+
+class _Wandering:
+    """A placement that puts the one job on other GPUs every round (``slots(round)``)."""
+
+    def __init__(self, slots):
+        self.slots = slots
+
+    def place(self, snapshot, ordered):
+        k = round(snapshot.time_s / 360)
+        return Draft({j.id: Assignment(self.slots(k), 0, 0.0) for j in ordered}, {})
+
+
+@pytest.mark.parametrize(
+    ("slots", "restarts", "migrations"),
+    [
+        # GPUs 0-1 of n1, then 2-3 of n1, ...: Slurm would not even notice (planner/relaunch.py).
+        (lambda k: (("n1", 2 * (k % 2)), ("n1", 2 * (k % 2) + 1)), 0, 0),
+        # n1, then n2, then n1: two moves, each a migration that costs the 30 s restart.
+        (lambda k: ((f"n{1 + k % 2}", 0), (f"n{1 + k % 2}", 1)), 2, 2),
+    ],
+)
+def test_renumbering_gpus_on_the_same_node_costs_nothing_and_a_move_costs_a_restart(
+    slots, restarts, migrations
+):
+    fifo = scheduler("fifo")
+    wandering = Scheduler("wandering", fifo.ordering, True, _Wandering(slots), fifo.shaping)
+    result = simulate(
+        make_nodes(2, gpus=4, cpus=16, mem_gb=64.0),
+        [trace_job("a", 0, 2, 1000)],
+        wandering,
+        SimConfig(round_s=360, checkpoint_s=10, relaunch_s=20),
+        profiles=profiles(),
+    )
+    a = record(result, "a")
+    # Rounds at 0, 360, 720 s: the job is placed anew at 360 and 720 s.
+    assert (a.restarts, a.migrations, a.preemptions) == (restarts, migrations, 0)
+    assert a.finish_time_s == pytest.approx(1000 + 30 * restarts)

@@ -1,0 +1,48 @@
+"""Rubick's performance model (MLSys'25, §4): iteration time from execution plan and resources.
+
+* ``query.py``: what is asked (:class:`ModelShape`, :class:`Query`) and the cluster
+  (:class:`Environment`);
+* ``terms.py``: the formulas of §4 (:class:`PerfParams`, :func:`iteration_breakdown`);
+* ``fit.py``: fitting the seven parameters by RMSLE (§4.3) across models
+  (:func:`fit_perfmodel` -> :class:`PerfModel`);
+* ``memory.py``: per-GPU memory of a plan and the :func:`fits` check;
+* ``table.py``: the :class:`IterationTimeModel` interface and :class:`MeasuredTable`;
+* ``csvio.py``, ``document.py``, ``accuracy.py``: the measurement CSV, the
+  ``mosaic-perfmodel/1`` JSON document and the error table of ``mosaic perfmodel``.
+
+Pure code: the callers read and write the files.
+"""
+
+from profiles.perfmodel.accuracy import Accuracy, ErrorStats, PointError, accuracy, format_accuracy
+from profiles.perfmodel.fit import FitOptions, Measurement, ModelFit, PerfModel, fit_perfmodel
+from profiles.perfmodel.memory import MemoryEstimate, fits, memory_estimate
+from profiles.perfmodel.query import Environment, ModelShape, Query, make_query, plan_label
+from profiles.perfmodel.table import IterationTimeModel, MeasuredTable
+from profiles.perfmodel.terms import Breakdown, PerfParams, iteration_breakdown, overlap
+
+__all__ = [
+    "Accuracy",
+    "Breakdown",
+    "Environment",
+    "ErrorStats",
+    "FitOptions",
+    "IterationTimeModel",
+    "MeasuredTable",
+    "Measurement",
+    "MemoryEstimate",
+    "ModelFit",
+    "ModelShape",
+    "PerfModel",
+    "PerfParams",
+    "PointError",
+    "Query",
+    "accuracy",
+    "fit_perfmodel",
+    "fits",
+    "format_accuracy",
+    "iteration_breakdown",
+    "make_query",
+    "memory_estimate",
+    "overlap",
+    "plan_label",
+]

@@ -1,0 +1,307 @@
+"""Fitting Rubick's performance model to measured iteration times (Rubick §4.3).
+
+Rubick fits its seven parameters per model by minimising the RMSLE between Eq. 1 and at
+least seven measured points. Mosaic fits all models' samples at once, because some
+models have only three or four samples and some none:
+
+* the seven ``k``'s are **shared** by all models: they describe the framework and the
+  cluster (backward/forward ratio, overlap degrees, optimizer cost per parameter), not
+  one network;
+* every model has its own **compute rate** (FLOP/s), which stands for the profiled
+  forward time Rubick takes as an input (``terms.py``), and the parameters in
+  ``FitOptions.pooled`` (by default ``k_opt_off`` and ``k_const``) may differ per model;
+* per-model values are *partially pooled*: the fit pays ``pooling × |log deviation|`` for
+  moving a model away from the shared value (``rate_pooling`` for rates), so a model with
+  few samples stays near what the others share, a well-sampled one follows its data,
+  and a model without samples gets the shared values outright;
+* ``k_bwd`` is only visible through recompute and overlap when forward times are not
+  measured, so it carries a weak prior at 2 (backward = twice the forward FLOPs).
+
+The fit is ``scipy.optimize.least_squares`` on log errors (RMSLE) with those penalty rows,
+started from three fixed points (deterministic); the best one wins.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from planner.errors import InputError
+from profiles.names import normalise
+from profiles.perfmodel.memory import fits
+from profiles.perfmodel.query import Environment, ModelShape, Query
+from profiles.perfmodel.terms import (
+    PARAM_NAMES,
+    Breakdown,
+    Columns,
+    FloatArray,
+    ParamColumns,
+    PerfParams,
+    breakdown_columns,
+    iteration_breakdown,
+)
+
+MIN_SAMPLES = 7  # Rubick §4.3: a 7-tuple needs at least seven data points
+_OVERLAP = frozenset({"k_sync", "k_off", "k_swap"})
+# Units of the fitted logarithms, so that every one starts near 0: seconds per parameter
+# in nanoseconds, the constant in milliseconds, rates in TFLOP/s.
+_SCALE = {"k_bwd": 1.0, "k_opt": 1e-9, "k_opt_off": 1e-9, "k_const": 1e-3}
+_RATE_SCALE = 1e12
+_START = {"k_bwd": 2.0, "k_opt": 0.07, "k_opt_off": 2.0, "k_const": 10.0}
+_START_RATE = 60.0
+_BOUNDS = {
+    "k_bwd": (1.0, 4.0),
+    "k_opt": (1e-6, 1e3),
+    "k_opt_off": (1e-6, 1e3),
+    "k_const": (1e-6, 1e5),
+}
+_OVERLAP_BOUNDS = (1e-3, 50.0)  # k - 1: from "no overlap" (sum) to practically max()
+_RATE_BOUNDS = (0.1, 5000.0)
+_DEVIATION = 10.0  # per-model log deviations stay within e^±10
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One measured configuration: the query, its iteration time and where it came from."""
+
+    query: Query
+    iter_time_s: float
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.iter_time_s) and self.iter_time_s > 0):
+            where = self.source or f"model {self.query.model.name!r}"
+            raise InputError(f"{where}: iter_time_s must be a positive number, got {self.iter_time_s!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class FitOptions:
+    """How the fit shares parameters across models (module docstring)."""
+
+    pooled: tuple[str, ...] = ("k_opt_off", "k_const")
+    pooling: float = 0.03
+    rate_pooling: float = 0.1
+    k_bwd_prior: float = 2.0
+    k_bwd_prior_weight: float = 1.0
+    environment: Environment = field(default_factory=Environment)
+
+    def __post_init__(self) -> None:
+        unknown = [k for k in self.pooled if k not in PARAM_NAMES]
+        if unknown:
+            raise InputError(f"fit options: unknown parameter(s) {unknown}; valid: {', '.join(PARAM_NAMES)}")
+        for key in ("pooling", "rate_pooling", "k_bwd_prior_weight"):
+            if not getattr(self, key) >= 0:
+                raise InputError(f"fit options: {key} must be >= 0, got {getattr(self, key)!r}")
+        if not self.k_bwd_prior > 0:
+            raise InputError(f"fit options: k_bwd_prior must be > 0, got {self.k_bwd_prior!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFit:
+    """A model's fitted parameters, its compute rate (FLOP/s), shape and sample count."""
+
+    shape: ModelShape
+    params: PerfParams
+    rate: float
+    samples: int
+
+
+@dataclass(frozen=True, slots=True)
+class PerfModel:
+    """Fitted Rubick model: shared parameters plus per-model ones; predicts any query.
+
+    A model that was fitted uses its own parameters and rate; any other model the shared
+    ones (its shape comes with the query). With ``gpu_mem_gb`` set, a plan whose memory
+    estimate does not fit the GPU is infeasible: :meth:`iteration_time_s` returns
+    ``None``.
+    """
+
+    shared: PerfParams
+    shared_rate: float
+    models: Mapping[str, ModelFit]
+    environment: Environment = field(default_factory=Environment)
+    rmsle: float | None = None
+    gpu_mem_gb: float | None = None
+
+    def model_fit(self, name: str) -> ModelFit | None:
+        return self.models.get(normalise(name))
+
+    def parameters_for(self, name: str) -> tuple[PerfParams, float]:
+        """The ``k``'s and compute rate used for ``name`` (the shared ones if it was not fitted)."""
+        fitted = self.model_fit(name)
+        return (fitted.params, fitted.rate) if fitted else (self.shared, self.shared_rate)
+
+    def breakdown(self, query: Query) -> Breakdown:
+        params, rate = self.parameters_for(query.model.name)
+        return iteration_breakdown(query, params, rate, self.environment)
+
+    def iteration_time_s(self, query: Query) -> float | None:
+        """Predicted seconds per iteration, or ``None`` when the plan does not fit the GPU."""
+        if self.gpu_mem_gb is not None and not fits(query, self.gpu_mem_gb, self.environment):
+            return None
+        return self.breakdown(query).total
+
+    def predict_many(self, queries: Sequence[Query]) -> list[float]:
+        """Eq. 1 for many queries at once (no memory check)."""
+        if not queries:
+            return []
+        chosen = [self.parameters_for(q.model.name) for q in queries]
+        k = ParamColumns.of([p for p, _ in chosen], [r for _, r in chosen])
+        return [float(x) for x in breakdown_columns(Columns.of(queries), k, self.environment)["total"]]
+
+    def with_gpu_memory(self, gpu_mem_gb: float | None) -> PerfModel:
+        return replace(self, gpu_mem_gb=gpu_mem_gb)
+
+
+# -- the fit --------------------------------------------------------------------------
+
+
+class _Layout:
+    """Where each fitted number sits in the parameter vector, and its transform."""
+
+    def __init__(self, names: Sequence[str], options: FitOptions) -> None:
+        self.names = list(names)
+        self.pooled = [PARAM_NAMES.index(k) for k in options.pooled]
+        self.rate_at = len(PARAM_NAMES)
+        self.dev_at = self.rate_at + 1
+        self.per_model = len(self.pooled) + 1
+        self.size = self.dev_at + self.per_model * len(self.names)
+
+    def deviations(self, theta: FloatArray) -> FloatArray:
+        block: FloatArray = theta[self.dev_at :].reshape(len(self.names), self.per_model)
+        return block
+
+    def logs(self, theta: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """Per-model log-parameters (models x 7) and log-rates (models)."""
+        dev = self.deviations(theta)
+        k = np.tile(theta[: len(PARAM_NAMES)], (len(self.names), 1))
+        if self.pooled:
+            k[:, self.pooled] += dev[:, :-1]
+        rates: FloatArray = theta[self.rate_at] + dev[:, -1]
+        return k, rates
+
+
+def _to_value(name: str, log_value: float) -> float:
+    if name in _OVERLAP:
+        return 1.0 + math.exp(log_value)
+    return math.exp(log_value) * _SCALE[name]
+
+
+def _to_columns(logs: FloatArray) -> dict[str, FloatArray]:
+    out: dict[str, FloatArray] = {}
+    for i, name in enumerate(PARAM_NAMES):
+        col = logs[..., i]
+        out[name] = 1.0 + np.exp(col) if name in _OVERLAP else np.exp(col) * _SCALE[name]
+    return out
+
+
+def _bounds(layout: _Layout) -> tuple[FloatArray, FloatArray]:
+    lo = np.full(layout.size, -_DEVIATION)
+    hi = np.full(layout.size, _DEVIATION)
+    for i, name in enumerate(PARAM_NAMES):
+        low, high = _OVERLAP_BOUNDS if name in _OVERLAP else _BOUNDS[name]
+        lo[i], hi[i] = math.log(low), math.log(high)
+    lo[layout.rate_at], hi[layout.rate_at] = (math.log(b) for b in _RATE_BOUNDS)
+    return lo, hi
+
+
+def _start(layout: _Layout, overlap_start: float) -> FloatArray:
+    theta = np.zeros(layout.size)
+    for i, name in enumerate(PARAM_NAMES):
+        theta[i] = math.log(overlap_start if name in _OVERLAP else _START[name])
+    theta[layout.rate_at] = math.log(_START_RATE)
+    return theta
+
+
+def fit_perfmodel(measurements: Sequence[Measurement], options: FitOptions | None = None) -> PerfModel:
+    """Fit Rubick's model to measured iteration times (at least seven).
+
+    Raises :class:`InputError` with fewer than seven measurements or when one model's
+    rows disagree on its shape (parameters, sequence, hidden size, layers).
+    """
+    options = options or FitOptions()
+    if len(measurements) < MIN_SAMPLES:
+        raise InputError(
+            f"need at least {MIN_SAMPLES} measurements to fit the {MIN_SAMPLES} parameters "
+            f"(Rubick §4.3), got {len(measurements)}"
+        )
+    shapes = _shapes(measurements)
+    names = sorted(shapes)
+    layout = _Layout(names, options)
+    queries = [m.query for m in measurements]
+    columns = Columns.of(queries)
+    index = np.array([names.index(normalise(q.model.name)) for q in queries])
+    target = np.log(np.array([m.iter_time_s for m in measurements]))
+    env = options.environment
+    prior = math.log(options.k_bwd_prior)
+    weights = np.array([options.pooling] * len(layout.pooled) + [options.rate_pooling])
+
+    def predict(theta: FloatArray) -> FloatArray:
+        logs, rates = layout.logs(theta)
+        cols = _to_columns(logs[index])
+        k = ParamColumns(rate=np.exp(rates[index]) * _RATE_SCALE, **cols)
+        total: FloatArray = breakdown_columns(columns, k, env)["total"]
+        return total
+
+    def residuals(theta: FloatArray) -> FloatArray:
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            errors = np.log(predict(theta)) - target
+        # A parameter vector that makes a time non-finite is far off, not an error.
+        errors = np.where(np.isfinite(errors), errors, 50.0)
+        penalties = (layout.deviations(theta) * weights).ravel()
+        k_bwd = options.k_bwd_prior_weight * (theta[0] - prior)
+        out: FloatArray = np.concatenate([errors, penalties, [k_bwd]])
+        return out
+
+    lo, hi = _bounds(layout)
+    best = None
+    for overlap_start in (0.01, 1.0, 10.0):
+        theta0 = np.clip(_start(layout, overlap_start), lo + 1e-9, hi - 1e-9)
+        solution = least_squares(residuals, theta0, bounds=(lo, hi), method="trf", x_scale=1.0)
+        if best is None or solution.cost < best.cost:
+            best = solution
+    assert best is not None
+    theta = np.asarray(best.x, dtype=np.float64)
+    logs, rates = layout.logs(theta)
+    shared = PerfParams(**{n: _to_value(n, float(theta[i])) for i, n in enumerate(PARAM_NAMES)})
+    counts = {name: int(np.sum(index == i)) for i, name in enumerate(names)}
+    models = {
+        name: ModelFit(
+            shape=shapes[name],
+            params=PerfParams(**{n: _to_value(n, float(logs[i, j])) for j, n in enumerate(PARAM_NAMES)}),
+            rate=math.exp(float(rates[i])) * _RATE_SCALE,
+            samples=counts[name],
+        )
+        for i, name in enumerate(names)
+    }
+    with np.errstate(all="ignore"):
+        log_errors = np.log(predict(theta)) - target
+    return PerfModel(
+        shared=shared,
+        shared_rate=math.exp(float(theta[layout.rate_at])) * _RATE_SCALE,
+        models=models,
+        environment=env,
+        rmsle=float(np.sqrt(np.mean(log_errors**2))),
+    )
+
+
+def _shapes(measurements: Sequence[Measurement]) -> dict[str, ModelShape]:
+    shapes: dict[str, tuple[ModelShape, str]] = {}
+    for m in measurements:
+        key = normalise(m.query.model.name)
+        shape = m.query.model
+        if key not in shapes:
+            shapes[key] = (shape, m.source)
+            continue
+        first, where = shapes[key]
+        for attr in ("params", "seq_len", "hidden", "layers"):
+            if getattr(first, attr) != getattr(shape, attr):
+                raise InputError(
+                    f"{m.source or 'measurement'}: model {shape.name!r} has {attr} {getattr(shape, attr)}, "
+                    f"but {getattr(first, attr)} in {where or 'an earlier row'}"
+                )
+    return {k: v[0] for k, v in shapes.items()}

@@ -14,6 +14,7 @@ from slurm_plugin.cli import (
     demo_cmd,
     emulate_cmd,
     info_cmd,
+    perfmodel_cmd,
     plan_cmd,
     report_cmd,
     sim_cmd,
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     emulate_cmd.add_parser(sub, common)
     report_cmd.add_parser(sub, common)
     demo_cmd.add_parser(sub, common)
+    perfmodel_cmd.add_parser(sub, common)
     return parser
 
 

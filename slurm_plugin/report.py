@@ -8,8 +8,17 @@ metrics module:
 
 * submit = the first run's ``Submit`` (later rows carry the requeue time);
 * start = the first run's ``Start``; finish = the last run's ``End`` when it ``COMPLETED``;
-* restarts = preemptions = runs that ended ``REQUEUED``; a migration = a requeued run
-  followed by one on another node list (sacct does not record GPU indices);
+* restarts, migrations and preemptions are :func:`planner.relaunch.classify`'s, the
+  simulator's definition (:func:`run_change`): every run after the first is a restart; it
+  is a migration only when the controller relaunched the job on other nodes while it ran
+  (``moved``), never when a preempted job resumes elsewhere; a preemption is a stop the
+  job did not come back from in the same round (it resumed later, or has not yet). Why a
+  run started is in its ``AdminComment``: the controller's start writes ``mosaic
+  r<round>-start-<job> <reason> ...`` there, and sacct keeps each run's own (``placed`` for
+  a first start or a resume; ``moved``, ``resized``, ``shared``, ``reshaped`` for a
+  relaunch). A run without such a line (not started by the controller) falls back to the
+  nodes of consecutive runs: on other nodes it counts as a migration, an upper bound, since
+  a resume elsewhere looks the same;
 * attained GPU-s and allocated GPU-/CPU-seconds = each run's ``AllocTRES`` times its length;
   a ``gres/shard`` counts as half a GPU (:data:`SHARDS_PER_GPU`; needs
   ``AccountingStorageTRES=gres/gpu,gres/shard``, else sacct does not record shards).
@@ -18,11 +27,13 @@ metrics module:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from planner.metrics import JobRecord, active_at_arrival, summarize
+from planner.relaunch import Change
 from slurm_plugin.directives import decode_comment
 from slurm_plugin.slurm.parse import SlurmParseError, parse_time, tres_map
 
@@ -37,6 +48,7 @@ class Run:
     gpus: float  # a shard counts as 1 / SHARDS_PER_GPU of a GPU
     cpus: int
     nodes: str
+    admin_comment: str = ""
 
 
 @dataclass(frozen=True)
@@ -93,15 +105,13 @@ def build_report(rows: Iterable[Mapping[str, str]], partitions: Sequence[str], n
             gpu_s += run.gpus * length
             cpu_s += run.cpus * length
         last = job_runs[-1]
-        requeued = [k for k, run in enumerate(job_runs) if run.state == "REQUEUED"]
-        migrations = sum(
-            1
-            for k in requeued
-            if k + 1 < len(job_runs)
-            and job_runs[k + 1].start is not None
-            and job_runs[k + 1].nodes != job_runs[k].nodes
-        )
-        starts = [run.start for run in job_runs if run.start is not None]
+        started = [run for run in job_runs if run.start is not None]
+        changes = [run_change(run, started[k - 1] if k else None) for k, run in enumerate(started)]
+        # A stop the job did not come back from in the same round: a resume later, or none yet.
+        preemptions = sum(c is Change.RESUMED for c in changes)
+        if started and started[-1].state == "REQUEUED":
+            preemptions += 1
+        starts = [run.start for run in started if run.start is not None]
         finished = last.state == "COMPLETED"
         duration = meta.get("duration_s")
         records.append(
@@ -113,9 +123,9 @@ def build_report(rows: Iterable[Mapping[str, str]], partitions: Sequence[str], n
                 finish_time_s=last.end if finished else None,
                 state="finished" if finished else last.state.lower().split()[0],
                 model=str(meta.get("model", "")),
-                restarts=len(requeued),
-                migrations=migrations,
-                preemptions=len(requeued),
+                restarts=sum(c.restart for c in changes),
+                migrations=sum(c.migration for c in changes),
+                preemptions=preemptions,
                 duration_s=float(duration) if isinstance(duration, int | float) else None,
                 attained_gpu_s=attained,
             )
@@ -124,6 +134,30 @@ def build_report(rows: Iterable[Mapping[str, str]], partitions: Sequence[str], n
     active = active_at_arrival([r.submit_time_s for r in records], [r.finish_time_s for r in records])
     records = [_with_active(r, n) for r, n in zip(records, active, strict=True)]
     return Report(records, runs, gpu_s, cpu_s)
+
+
+_START_LINE = re.compile(r"mosaic r\d+-start-\S+ (\S+)")
+_RELAUNCHES = {c.value: c for c in Change if c.relaunch}
+
+
+def run_change(run: Run, previous: Run | None) -> Change:
+    """How ``run`` started, ``previous`` being the job's run before it (``None``: its first run).
+
+    The reason the controller wrote into the run's ``AdminComment`` at its start says it:
+    ``placed`` is a resume (the job was pending), a relaunch reason is that relaunch. A run
+    with no start line of its own (the same comment as the run before: the controller did
+    not start it) is judged by its nodes alone.
+    """
+    if previous is None:
+        return Change.START
+    m = _START_LINE.match(run.admin_comment)
+    if m is not None and run.admin_comment != previous.admin_comment:
+        reason = m.group(1)
+        if reason == "placed":
+            return Change.RESUMED
+        if reason in _RELAUNCHES:
+            return _RELAUNCHES[reason]
+    return Change.MOVED if run.nodes != previous.nodes else Change.RESUMED
 
 
 def _with_active(r: JobRecord, n: int) -> JobRecord:
@@ -146,6 +180,7 @@ def _run(job_id: str, row: Mapping[str, str]) -> Run:
         gpus=gpus_of(alloc),
         cpus=_count(alloc, "cpu"),
         nodes=row.get("NodeList", ""),
+        admin_comment=row.get("AdminComment", ""),
     )
 
 

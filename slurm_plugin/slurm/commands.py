@@ -98,6 +98,7 @@ SACCT_FIELDS = (
     "ReqTRES",
     "NodeList",
     "Comment",
+    "AdminComment",  # the controller's audit line: why each run started (``mosaic report``)
 )
 
 

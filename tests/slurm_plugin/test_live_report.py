@@ -7,10 +7,13 @@ import json
 import time
 from datetime import datetime
 
+from planner.codec import assignment_from_json
 from planner.metrics import SUMMARY_KEYS
 from slurm_plugin.cli.main import main
 from slurm_plugin.controller.actuate import Actuator, diff
+from slurm_plugin.report import build_report
 from slurm_plugin.slurm.backend import CliSlurm
+from slurm_plugin.slurm.runner import run
 from slurm_plugin.store import Store
 from tests.slurm_plugin.live_helpers import (
     config_for,
@@ -73,3 +76,55 @@ def test_report_counts_runs_restarts_and_finishes(live, tmp_path, capsys):
     assert (tmp_path / "out" / "plot.png").stat().st_size > 1000
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["source"] == "sacct"
     assert summary["rounds"] >= 2 and summary["decision_time_s_max"] is not None
+
+
+def test_report_tells_a_move_from_a_resume_elsewhere_by_the_runs_audit_lines(live, tmp_path):
+    # One job is relaunched on another node while it runs (a migration); the other is
+    # preempted and resumes on another node a round later (a restart, not a migration):
+    # planner/relaunch.py's definition, read back from sacct's AdminComment of each run.
+    time.sleep(1.1)
+    since = datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
+    config = config_for(live, tmp_path / "spool")
+    moved = submit_job(config, write_script(tmp_path, "moved", 1))
+    resumed = submit_job(config, write_script(tmp_path, "resumed", 1))
+    ctl = controller(config)
+    client = CliSlurm(config.slurm_env)
+    store = Store(config.store_path)
+    actuator = Actuator(client, store, config)
+
+    def one_gpu(node):
+        return assignment_from_json({"gpus": [[node, 0]], "cpus": 2, "mem_gb": 4.0}, "test")
+
+    def apply(plan, expected):
+        obs = ctl.observe()
+        round_id = store.begin_round(time.time(), {"assignments": {}})
+        actions = diff(obs, plan, round_id)
+        assert sorted((a.kind.value, a.job_id, a.reason) for a in actions) == sorted(expected)
+        result = actuator.apply(obs, actions, round_id)
+        store.finish_round(round_id, result.count)
+        assert not result.failed and not result.skipped, (result.failed, result.skipped)
+
+    apply(
+        {moved: one_gpu("n1"), resumed: one_gpu("n2")},
+        [("start", moved, "placed"), ("start", resumed, "placed")],
+    )
+    wait_started(config, moved)
+    wait_started(config, resumed)
+    apply(
+        {moved: one_gpu("n3")},
+        [("stop", moved, "moved"), ("start", moved, "moved"), ("stop", resumed, "preempted")],
+    )
+    wait_started(config, moved, runs=2)
+    apply({moved: one_gpu("n3"), resumed: one_gpu("n4")}, [("start", resumed, "placed")])
+    wait_started(config, resumed, runs=2)
+    run(["scancel", moved, resumed], env=live.env)
+
+    def counts():
+        rows = client.sacct_runs(since, None)
+        records = {r.job_id: r for r in build_report(rows, config.partitions, time.time()).records}
+        if not all(j in records and records[j].state == "cancelled" for j in (moved, resumed)):
+            return None
+        return {j: (records[j].restarts, records[j].migrations, records[j].preemptions) for j in records}
+
+    by_job = wait_for("sacct to record both jobs' runs", counts, timeout_s=30)
+    assert by_job == {moved: (1, 1, 0), resumed: (1, 0, 1)}

@@ -5,7 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from slurm_plugin.report import build_report, summary
+import pytest
+
+from planner.relaunch import Change
+from slurm_plugin.report import Run, build_report, run_change, summary
 from slurm_plugin.slurm.parse import parse_parsable
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
@@ -16,11 +19,14 @@ def _t(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-def test_captured_requeued_jobs_count_one_restart_each():
+def test_captured_requeued_jobs_that_never_ran_again_are_preempted_not_restarted():
     report = build_report(parse_parsable((DATA / "sacct.txt").read_text()), ["gpu"], now=2e9)
     by_id = {r.job_id: r for r in report.records}
     assert sorted(by_id) == ["1", "3", "4", "6", "7"]  # job 5 ran in the other partition
-    assert by_id["3"].restarts == 1 and by_id["3"].preemptions == 1 and by_id["3"].state == "cancelled"
+    # Job 3 was requeued, then cancelled while pending: a stop without a relaunch, as the
+    # simulator counts a preempted job that never resumes.
+    three = by_id["3"]
+    assert (three.restarts, three.migrations, three.preemptions, three.state) == (0, 0, 1, "cancelled")
     assert by_id["1"].num_gpus == 2 and by_id["1"].attained_gpu_s == 2 * 5.0  # 2 GPUs, 23:38:05-23:38:10
     assert all(r.finish_time_s is None for r in report.records)
 
@@ -41,9 +47,79 @@ def test_runs_become_submit_first_start_finish_and_migrations():
     assert record.submit_time_s == _t("2026-01-01T00:00:00")
     assert record.start_time_s == _t("2026-01-01T00:00:10")
     assert record.finish_time_s == _t("2026-01-01T00:02:00") and record.jct_s == 120.0
-    assert (record.restarts, record.migrations, record.state) == (1, 1, "finished")
+    # No audit line says why the second run started (the column is absent): a run on other
+    # nodes counts as a relaunch elsewhere, a migration.
+    assert (record.restarts, record.migrations, record.preemptions, record.state) == (1, 1, 0, "finished")
     assert (record.model, record.duration_s, record.attained_gpu_s) == ("gpt2", 100.0, 2 * 60 + 2 * 40)
     doc = summary(build_report(rows, ["gpu"], now=0.0), cluster_gpus=4, cluster_cpus=16)
     assert doc["finished"] == 1 and doc["avg_jct_s"] == 120.0 and doc["avg_queue_s"] == 10.0
     assert doc["gpu_util"] == (2 * 60 + 2 * 40) / (4 * 120.0)
     assert doc["avg_ftf"] == 120.0 / 100.0  # alone on the cluster: ideal time = duration
+
+
+def _totals(records):
+    return tuple(sum(getattr(r, key) for r in records) for key in ("restarts", "migrations", "preemptions"))
+
+
+def test_a_demo_run_under_las_counts_its_resumes_elsewhere_as_restarts_not_migrations():
+    # `mosaic demo` (LAS, the demo trace) with AdminComment in sacct: every run after a job's
+    # first was started by the controller as "placed" (a resume after a preemption), 19 of the
+    # 20 on other nodes than the run before. The simulator counts those as it does: a
+    # preemption, then a restart; no migration.
+    rows = parse_parsable((DATA / "sacct_demo_las.txt").read_text())
+    records = build_report(rows, ["gpu"], now=2e9).records
+    by_id = {r.job_id: (r.restarts, r.migrations, r.preemptions) for r in records}
+    assert by_id["1"] == (5, 0, 5) and by_id["2"] == (0, 0, 0)
+    assert _totals(records) == (20, 0, 20)
+    # Without the audit lines only the nodes tell: each resume elsewhere looks like a move.
+    for row in rows:
+        del row["AdminComment"]
+    assert _totals(build_report(rows, ["gpu"], now=2e9).records) == (20, 19, 1)
+
+
+def _run(nodes, comment, state="REQUEUED"):
+    return Run("9", state, 0.0, 1.0, 2.0, 1.0, 4, nodes, comment)
+
+
+@pytest.mark.parametrize(
+    ("comment", "nodes", "change"),
+    [
+        ("mosaic r7-start-9 moved n2:1gpu 4cpu 16384MB/node", "n2", Change.MOVED),
+        ("mosaic r7-start-9 resized n1:2gpu 8cpu 16384MB/node", "n1", Change.RESIZED),
+        ("mosaic r7-start-9 reshaped n1:1gpu 2cpu 16384MB/node", "n1", Change.RESHAPED),
+        ("mosaic r7-start-9 shared n1:1gpu 2cpu 8192MB/node", "n1", Change.SHARED),
+        ("mosaic r7-start-9 placed n2:1gpu 4cpu 16384MB/node", "n2", Change.RESUMED),  # resumed elsewhere
+        ("mosaic r7-start-9 placed n1:1gpu 4cpu 16384MB/node", "n1", Change.RESUMED),
+        # No start line of its own (the previous run's comment, or none): its nodes decide.
+        ("mosaic r1-start-9 placed n1:1gpu 4cpu 16384MB/node", "n2", Change.MOVED),
+        ("", "n1", Change.RESUMED),
+        ("mosaic r7-start-9 refused: Slurm will not run the job", "n1", Change.RESUMED),
+    ],
+)
+def test_a_run_started_for_the_reason_its_audit_line_gives(comment, nodes, change):
+    first = _run("n1", "mosaic r1-start-9 placed n1:1gpu 4cpu 16384MB/node")
+    assert run_change(first, None) is Change.START
+    assert run_change(_run(nodes, comment), first) is change
+
+
+def test_a_relaunch_is_a_restart_but_no_preemption_and_a_move_is_a_migration():
+    rows = parse_parsable(
+        "\n".join(
+            [
+                HEADER + "|AdminComment",
+                "9|a|gpu|REQUEUED|2026-01-01T00:00:00|2026-01-01T00:00:10|2026-01-01T00:01:10|00:01:00|"
+                "cpu=4,gres/gpu=1,mem=4G|cpu=4,gres/gpu=1|n1||mosaic r1-start-9 placed n1:1gpu",
+                "9|a|gpu|REQUEUED|2026-01-01T00:01:10|2026-01-01T00:01:12|2026-01-01T00:02:00|00:00:48|"
+                "cpu=8,gres/gpu=2,mem=8G|cpu=4,gres/gpu=1|n1||mosaic r5-start-9 resized n1:2gpu",
+                "9|a|gpu|REQUEUED|2026-01-01T00:02:00|2026-01-01T00:02:02|2026-01-01T00:03:00|00:00:58|"
+                "cpu=8,gres/gpu=2,mem=8G|cpu=4,gres/gpu=1|n3||mosaic r9-start-9 moved n3:2gpu",
+                "9|a|gpu|REQUEUED|2026-01-01T00:03:00|2026-01-01T00:05:00|2026-01-01T00:06:00|00:01:00|"
+                "cpu=8,gres/gpu=2,mem=8G|cpu=4,gres/gpu=1|n4||mosaic r20-start-9 placed n4:2gpu",
+                "9|a|gpu|PENDING|2026-01-01T00:06:00|None|None|00:00:00||cpu=4,gres/gpu=1|None assigned||"
+                "mosaic r31-stop-9 preempted: stopped",
+            ]
+        )
+    )
+    (record,) = build_report(rows, ["gpu"], now=_t("2026-01-01T00:07:00")).records
+    # Resized, moved, resumed on n4 after a preemption, preempted again and still waiting.
+    assert (record.restarts, record.migrations, record.preemptions) == (3, 1, 2)

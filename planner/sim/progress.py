@@ -5,7 +5,10 @@ GPU-proportional share, consolidated, alone, on its ``gpu_type`` if the trace na
 one). A job advances ``dt * speed`` seconds of that work in ``dt`` seconds, where
 ``speed`` multiplies the profile's factors for what differs from the reference:
 
-* GPU type (Gavel's measured throughputs);
+* GPU type (Gavel's measured throughputs), the slowest of the job's nodes (synchronous
+  data-parallel workers wait for each other);
+* GPU count, for an elastic job given another count than its trace row's: the fitted
+  throughput ratio at its global batch (:mod:`profiles.scaling`; linear without data);
 * CPUs and memory per GPU against the GPU-proportional share of the GPUs it holds
   (Synergy's sensitivity matrix), or against a fixed ``reference_share`` per GPU when
   the trace's durations were measured on servers of another shape (Synergy Figure 12:
@@ -34,6 +37,7 @@ from planner.policies.shaping import proportional_share
 from planner.traces.records import TraceJob
 from profiles.interference import PairInterference, Sharer
 from profiles.iteration import IterationModels, accumulation_of
+from profiles.scaling import ScalingModel
 from profiles.schema import plan_key
 from profiles.speed import cpu_mem_factor, gpu_type_factor
 from profiles.store import ProfileStore
@@ -57,16 +61,23 @@ class SpeedModel:
         self.interference = PairInterference(profiles, fixed=interference)
         self.colocation = self.interference.colocation
         self.iteration = IterationModels()
+        self.scaling = ScalingModel(profiles)
         self._memo: dict[tuple[object, ...], float] = {}
 
     def speed(self, job: TraceJob, assignment: Assignment, partners: Sequence[Partner] = ()) -> float:
         node = self.nodes[assignment.gpus[0][0]]
         shape = tuple(
-            (self.nodes[name].gpus, self.nodes[name].cpus, self.nodes[name].mem_gb, count)
+            (
+                self.nodes[name].gpu_type,
+                self.nodes[name].gpus,
+                self.nodes[name].cpus,
+                self.nodes[name].mem_gb,
+                count,
+            )
             for name, count in assignment.per_node
         )
         partner_kinds = tuple((p.model, p.batch_size, p.num_gpus, plan_key(a.plan)) for p, a in partners)
-        key = (job.model, job.batch_size, job.gpu_type, node.gpu_type, shape, assignment.cpus,
+        key = (job.model, job.batch_size, job.gpu_type, job.num_gpus, node.gpu_type, shape, assignment.cpus,
                assignment.mem_gb, plan_key(assignment.plan), partner_kinds)  # fmt: skip
         cached = self._memo.get(key)
         if cached is not None:
@@ -80,18 +91,23 @@ class SpeedModel:
         else:  # durations measured at a fixed share per GPU (e.g. Synergy's 3 CPUs, 62.5 GB)
             ref_cpus = self.reference_share[0] * g / (1 + len(partners))
             ref_mem = self.reference_share[1] * g / (1 + len(partners))
-        factor = gpu_type_factor(
-            profile,
-            gpu_type=node.gpu_type,
-            reference_type=job.gpu_type,
-            num_gpus=g,
-            batch_size=job.batch_size,
-        ) * cpu_mem_factor(
-            profile,
-            cpus_per_gpu=assignment.cpus / g,
-            mem_gb_per_gpu=assignment.mem_gb / g,
-            reference_cpus_per_gpu=ref_cpus / g,
-            reference_mem_gb_per_gpu=ref_mem / g,
+        # Synchronous data-parallel workers wait for the slowest: every node's type counts.
+        type_factor = min(
+            gpu_type_factor(
+                profile, gpu_type=t, reference_type=job.gpu_type, num_gpus=g, batch_size=job.batch_size
+            )
+            for t in sorted({self.nodes[name].gpu_type for name, _ in assignment.per_node})
+        )
+        factor = (
+            type_factor
+            * self._count_factor(job, node.gpu_type, g, len(assignment.per_node))
+            * cpu_mem_factor(
+                profile,
+                cpus_per_gpu=assignment.cpus / g,
+                mem_gb_per_gpu=assignment.mem_gb / g,
+                reference_cpus_per_gpu=ref_cpus / g,
+                reference_mem_gb_per_gpu=ref_mem / g,
+            )
         )
         ga = accumulation_of(assignment.plan)
         if ga is not None:
@@ -115,3 +131,13 @@ class SpeedModel:
             )
         self._memo[key] = factor
         return factor
+
+    def _count_factor(self, job: TraceJob, gpu_type: str, gpus: int, nodes: int) -> float:
+        """An elastic job on another GPU count than its trace row's: the throughput ratio at its
+        global batch (:class:`profiles.scaling.ScalingModel`; linear without measurements).
+        1.0 at the row's own count, so a rigid job runs exactly as its duration says."""
+        if gpus == job.num_gpus:
+            return 1.0
+        here = self.scaling.throughput(job.model, gpu_type, job.batch_size, gpus, nodes)
+        there = self.scaling.throughput(job.model, gpu_type, job.batch_size, job.num_gpus, nodes)
+        return here / there if there > 0 else 1.0

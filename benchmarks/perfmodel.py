@@ -1,0 +1,139 @@
+"""Rubick's performance model (§4): fit on the bundled samples, validate on the held-out points.
+
+Fits ``profiles.perfmodel`` on ``profiles/builtin/data/rubick/samples.csv`` only (34 rows)
+and compares its predictions with the 99 measured points of ``validation.csv``, as
+Rubick's Table 2 does: average and maximum relative error overall, per model and per
+plan, and the worst point. Morphling's own predictions (``rubick_pred_s``) get the same
+table for comparison. Also reported: the same fit with other sharing choices
+(``FitOptions.pooled``), the error on the data-parallel family and on the 3D points
+separately, and a leave-one-out error on the samples (which never looks at
+validation.csv). Writes ``benchmarks/results/perfmodel_validate.json``.
+
+    .venv/bin/python benchmarks/perfmodel.py
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import write_result
+from profiles.perfmodel import FitOptions, PointError, accuracy, fit_perfmodel, format_accuracy, plan_label
+from profiles.perfmodel.csvio import Row, parse_table
+from profiles.perfmodel.terms import PARAM_NAMES
+
+DATA = Path(__file__).resolve().parent.parent / "profiles" / "builtin" / "data" / "rubick"
+VARIANTS: dict[str, FitOptions] = {
+    "default (k_opt_off, k_const per model, pooled)": FitOptions(),
+    "all seven k shared (only rates per model)": FitOptions(pooled=()),
+    "all seven k per model, pooled": FitOptions(pooled=PARAM_NAMES),
+}
+
+
+def points(model: Any, rows: list[Row], rubick: bool = False) -> list[PointError]:
+    predicted = (
+        [float(r.cells["rubick_pred_s"]) for r in rows]
+        if rubick
+        else model.predict_many([r.query for r in rows])
+    )
+    out = []
+    for row, pred in zip(rows, predicted, strict=True):
+        assert row.iter_time_s is not None
+        label = plan_label(row.query.plan)
+        out.append(
+            PointError(
+                row.cells.get("source", row.source), row.query.model.name, label, row.iter_time_s, pred
+            )
+        )
+    return out
+
+
+def leave_one_out(samples: list[Row], options: FitOptions) -> dict[str, float]:
+    errors = []
+    for i, held in enumerate(samples):
+        rest = [r.measurement() for j, r in enumerate(samples) if j != i]
+        model = fit_perfmodel(rest, options)
+        predicted = model.predict_many([held.query])[0]
+        assert held.iter_time_s is not None
+        errors.append(abs(predicted - held.iter_time_s) / held.iter_time_s)
+    return {
+        "n": len(errors),
+        "avg_pct": round(100 * sum(errors) / len(errors), 3),
+        "max_pct": round(100 * max(errors), 3),
+    }
+
+
+def main() -> None:
+    samples = list(parse_table((DATA / "samples.csv").read_text(), "samples.csv", require_time=True).rows)
+    validation = list(
+        parse_table((DATA / "validation.csv").read_text(), "validation.csv", require_time=True).rows
+    )
+    started = time.perf_counter()
+    model = fit_perfmodel([r.measurement() for r in samples])
+    fit_s = time.perf_counter() - started
+    ours = accuracy(points(model, validation))
+    rubick = accuracy(points(model, validation, rubick=True))
+    print(format_accuracy(ours))
+    print("\nMorphling's own predictions (rubick_pred_s):")
+    print(format_accuracy(rubick))
+
+    is_3d = [r.query.plan.tp * r.query.plan.pp > 1 for r in validation]
+    ours_points = list(ours.points)
+    subsets = {
+        "data-parallel family (68)": accuracy(
+            [p for p, three in zip(ours_points, is_3d, strict=True) if not three]
+        ),
+        "3D TP/PP (31)": accuracy([p for p, three in zip(ours_points, is_3d, strict=True) if three]),
+    }
+    variants = {}
+    for name, options in VARIANTS.items():
+        fitted = fit_perfmodel([r.measurement() for r in samples], options)
+        result = accuracy(points(fitted, validation)).to_json()
+        variants[name] = {
+            "pooled": list(options.pooled),
+            "overall": result["overall"],
+            "per_model": result["per_model"],
+            "samples_rmsle": fitted.rmsle,
+            "samples_leave_one_out": leave_one_out(samples, options),
+        }
+        print(f"\n{name}: {result['overall']}")
+    write_result(
+        "perfmodel_validate",
+        {
+            "command": ".venv/bin/python benchmarks/perfmodel.py",
+            "samples": len(samples),
+            "validation_points": len(validation),
+            "fit_seconds": round(fit_s, 2),
+            "samples_rmsle": model.rmsle,
+            "shared": {
+                **{k: getattr(model.shared, k) for k in PARAM_NAMES},
+                "flops_per_s": model.shared_rate,
+            },
+            "rates_tflops": {k: round(f.rate / 1e12, 2) for k, f in model.models.items()},
+            "mosaic": ours.to_json(),
+            "rubick": rubick.to_json(),
+            "subsets": {k: v.to_json()["overall"] for k, v in subsets.items()},
+            "variants": variants,
+            "points": [
+                {
+                    "source": p.source,
+                    "model": p.model,
+                    "plan": p.plan,
+                    "measured_s": p.measured_s,
+                    "predicted_s": round(p.predicted_s, 6),
+                    "rubick_s": r.predicted_s,
+                    "error_pct": round(100 * p.error, 3),
+                    "rubick_error_pct": round(100 * r.error, 3),
+                }
+                for p, r in zip(ours.points, rubick.points, strict=True)
+            ],
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -241,7 +241,7 @@ def breakdown_columns(c: Columns, k: ParamColumns, env: Environment) -> dict[str
         "t_opt": t_opt,
         "t_off": t_off,
         "t_oo": t_oo,
-        "k_const": k.k_const + 0.0 * total,
+        "k_const": k.k_const,
         "total": total,
     }
 

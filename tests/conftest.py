@@ -1,10 +1,21 @@
-"""Shared pytest configuration."""
+"""Shared pytest configuration, and the one live Slurm test cluster fixture.
+
+Tests that drive real Slurm share one cluster per shape for the whole test run
+(``slurm_cluster``, or ``slurm_cluster_of("hetero")``); ``live`` empties the homogeneous
+one of jobs after each test. They are skipped, with the reason, where Slurm cannot run: not
+root, or Debian's Slurm packages missing (``contrib/setup.sh`` installs them as root).
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from slurm_plugin.testcluster.lifecycle import Cluster
 
 # CI draws the same examples on every run (a red CI is then reproducible and never a coin
 # toss); the dev profile draws new ones each time, to keep exploring.
@@ -13,3 +24,60 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=60, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def why_no_slurm() -> str | None:
+    """Why the live test cluster cannot run here (``None``: it can)."""
+    from slurm_plugin.testcluster import install
+
+    if os.geteuid() != 0:
+        return "the live Slurm test cluster needs root (private munged, slurmd as root)"
+    missing = install.missing_programs(accounting=True)
+    if missing:
+        return f"Slurm is not installed (missing {', '.join(missing)}; run contrib/setup.sh as root)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster_of(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], Cluster]]:
+    """``slurm_cluster_of(shape)``: that shape's cluster, brought up once per test run."""
+    from slurm_plugin.testcluster import lifecycle
+    from slurm_plugin.testcluster.shapes import shape_named
+
+    clusters: dict[str, tuple[Path, Cluster]] = {}
+
+    def get(shape: str) -> Cluster:
+        why = why_no_slurm()
+        if why:
+            pytest.skip(why)
+        if shape not in clusters:
+            root = tmp_path_factory.mktemp(f"slurm-{shape}") / "cluster"
+            # With accounting (MariaDB + slurmdbd, ~4 s more) so that sacct and `mosaic report` work.
+            clusters[shape] = (
+                root,
+                lifecycle.up(shape_named(shape, accounting=shape == "homogeneous"), root),
+            )
+        return clusters[shape][1]
+
+    try:
+        yield get
+    finally:
+        for root, _ in clusters.values():
+            lifecycle.down(root)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(slurm_cluster_of: Callable[[str], Cluster]) -> Cluster:
+    """The homogeneous test cluster (4 nodes x 4 GPUs, accounting on)."""
+    return slurm_cluster_of("homogeneous")
+
+
+@pytest.fixture
+def live(slurm_cluster: Cluster) -> Iterator[Cluster]:
+    """The session's cluster, emptied of jobs after the test."""
+    from slurm_plugin.slurm.runner import run
+    from slurm_plugin.testcluster import lifecycle
+
+    yield slurm_cluster
+    run(["scancel", "--user=root"], env=slurm_cluster.env, check=False)
+    lifecycle.wait_jobs_gone(slurm_cluster, 20.0)

@@ -125,21 +125,9 @@ def _reference(tmp_path: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in losses(log)}
 
 
-@pytest.fixture(scope="module")
-def hetero(tmp_path_factory):
-    from slurm_plugin.testcluster import lifecycle
-    from slurm_plugin.testcluster.shapes import shape_named
-    from tests.slurm_plugin.conftest import _why_no_slurm
-
-    why = _why_no_slurm()
-    if why:
-        pytest.skip(why)
-    root = tmp_path_factory.mktemp("hetero") / "cluster"
-    cluster = lifecycle.up(shape_named("hetero"), root)  # n1, n2: a100; n3, n4: v100
-    try:
-        yield cluster
-    finally:
-        lifecycle.down(root)
+@pytest.fixture
+def hetero(slurm_cluster_of):
+    return slurm_cluster_of("hetero")  # n1, n2: a100; n3, n4: v100
 
 
 def test_a_job_asked_on_one_gpu_type_runs_on_another_it_accepts(hetero, tmp_path):

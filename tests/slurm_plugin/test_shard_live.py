@@ -8,7 +8,7 @@ from inside, the same node and the same ``CUDA_VISIBLE_DEVICES``.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,8 +17,6 @@ from slurm_plugin import planfile
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.slurm.runner import run
 from slurm_plugin.testcluster import lifecycle
-from slurm_plugin.testcluster.shapes import shape_named
-from tests.slurm_plugin.conftest import _why_no_slurm
 from tests.slurm_plugin.live_helpers import (
     config_for,
     controller,
@@ -29,17 +27,13 @@ from tests.slurm_plugin.live_helpers import (
 )
 
 
-@pytest.fixture(scope="module")
-def shard_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[lifecycle.Cluster]:
-    why = _why_no_slurm()
-    if why:
-        pytest.skip(why)
-    root = tmp_path_factory.mktemp("slurm-shard") / "cluster"
-    cluster = lifecycle.up(shape_named("shard"), root)
-    try:
-        yield cluster
-    finally:
-        lifecycle.down(root)
+@pytest.fixture
+def shard_cluster(slurm_cluster_of: Callable[[str], lifecycle.Cluster]) -> Iterator[lifecycle.Cluster]:
+    """The run's shard cluster, emptied of jobs after the test."""
+    cluster = slurm_cluster_of("shard")
+    yield cluster
+    run(["scancel", "--user=root"], env=cluster.env, check=False)
+    lifecycle.wait_jobs_gone(cluster, 20.0)
 
 
 def _shard_script(directory: Path, name: str, directives: str = "", gres: str = "shard:2") -> Path:

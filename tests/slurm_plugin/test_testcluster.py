@@ -111,14 +111,10 @@ def test_status_of_an_empty_directory_is_a_clear_error(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def test_shard_cluster_offers_shards_of_its_gpus(slurm_cluster, tmp_path):
-    root = tmp_path / "shard"
-    cluster = lifecycle.up(shape_named("shard"), root)
-    try:
-        out = run(["sinfo", "-h", "-N", "-o", "%N %G"], env=cluster.env).stdout
-        assert sorted(set(out.split("\n")) - {""}) == ["n1 gpu:4,shard:8", "n2 gpu:4,shard:8"]
-    finally:
-        lifecycle.down(root)
+def test_shard_cluster_offers_shards_of_its_gpus(slurm_cluster_of):
+    cluster = slurm_cluster_of("shard")
+    out = run(["sinfo", "-h", "-N", "-o", "%N %G"], env=cluster.env).stdout
+    assert sorted(set(out.split("\n")) - {""}) == ["n1 gpu:4,shard:8", "n2 gpu:4,shard:8"]
 
 
 def test_a_foreign_directory_is_never_wiped(slurm_cluster, tmp_path):

@@ -40,22 +40,10 @@ TOLERANCE = 1e-4
 PLAN = {"global_batch": 16, "micro_batch": 4}
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    from slurm_plugin.testcluster import install, lifecycle
-    from slurm_plugin.testcluster.shapes import shape_named
-
-    if os.geteuid() != 0:
-        pytest.skip("the live Slurm test cluster needs root (private munged, slurmd as root)")
-    missing = install.missing_programs(accounting=False)
-    if missing:
-        pytest.skip(f"Slurm is not installed (missing {', '.join(missing)}; run contrib/setup.sh as root)")
-    root = tmp_path_factory.mktemp("slurm-wrapper") / "cluster"
-    up = lifecycle.up(shape_named("homogeneous"), root)
-    try:
-        yield up
-    finally:
-        lifecycle.down(root)
+@pytest.fixture
+def cluster(live):
+    """The run's test cluster (tests/conftest.py), emptied of jobs afterwards."""
+    return live
 
 
 def slurm(cluster, *argv):

@@ -209,7 +209,7 @@ def main(
         trace_job = TraceJob(job_id, 0.0, max(1, gpus), duration_s, model, batch_size, gpu_type=gpu_type)
         emulate_speed.write_identity(job.status, trace_job)
         speed, _ = emulate_speed.job_speed(
-            env, spool, trace_job, emulate_speed.nodes_from_cluster_file(cluster_file)
+            env, spool, trace_job, emulate_speed.nodes_from_cluster_file(cluster_file), None, requested_gpus
         )
     return job.run(env, gpus, speed=speed, started=started)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -145,10 +146,17 @@ def job_speed(
     job: TraceJob,
     nodes: Mapping[str, Node],
     profiles: ProfileStore | None = None,
+    requested_gpus: int | None = None,
 ) -> tuple[float, Assignment]:
-    """The simulator's speed for ``job`` on what Slurm gave it (and the assignment read)."""
+    """The simulator's speed for ``job`` on what Slurm gave it (and the assignment read).
+
+    ``requested_gpus``: the GPU count the job's duration refers to (an elastic job on
+    another count runs at the scaling model's ratio, as in the simulator); without it, the
+    count Slurm gave is taken as the reference.
+    """
     job_id = env.get("SLURM_JOB_ID") or job.job_id
     assignment = assignment_from_env(env, read_plan(spool, job_id))
+    job = replace(job, num_gpus=requested_gpus or assignment.num_gpus)
     unknown = sorted({name for name, _ in assignment.gpus} - set(nodes))
     if unknown:
         raise EmulationError(

@@ -187,3 +187,14 @@ def test_model_without_cluster_is_refused(tmp_path: Path):
     env = {**slurm_env(), "MOSAIC_SPOOL": str(tmp_path)}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False, cwd=ROOT)
     assert done.returncode != 0 and "--cluster" in done.stderr
+
+
+def test_an_elastic_job_on_more_gpus_than_it_asked_runs_at_the_scaling_models_ratio(tmp_path):
+    # No measurements for the model: each GPU adds the same, as in the simulator.
+    job = trace_job("7", gpus=2, model="no-such-model")
+    env = slurm_env(gpus="0,1,2,3", cpus=16, mem_mb=64 * 1024)
+    speed, assignment = job_speed(env, tmp_path, job, NODES, profiles(), requested_gpus=2)
+    assert speed == pytest.approx(2.0) and assignment.num_gpus == 4
+    assert speed == simulator_speed(job, assignment)
+    as_given, _ = job_speed(env, tmp_path, job, NODES, profiles())  # no request: what Slurm gave
+    assert as_given == pytest.approx(1.0)

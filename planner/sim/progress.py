@@ -9,6 +9,13 @@ one). A job advances ``dt * speed`` seconds of that work in ``dt`` seconds, wher
   data-parallel workers wait for each other);
 * GPU count, for an elastic job given another count than its trace row's: the fitted
   throughput ratio at its global batch (:mod:`profiles.scaling`; linear without data);
+* for a model without measured throughputs in its profile (so the two factors above
+  have no data), GPU type, count and plan together from an iteration-time model
+  (``times``, by default Crius's measured best-plan times,
+  :mod:`profiles.perfmodel.crius`): the iteration time at the reference (the trace row's
+  GPU type and count, consolidated, its submitted plan) over the time at the assignment,
+  the slowest of the job's nodes' types; where the model does not know the job, the two
+  factors above apply unchanged;
 * CPUs and memory per GPU against the GPU-proportional share of the GPUs it holds
   (Synergy's sensitivity matrix), or against a fixed ``reference_share`` per GPU when
   the trace's durations were measured on servers of another shape (Synergy Figure 12:
@@ -37,9 +44,11 @@ from planner.policies.shaping import proportional_share
 from planner.traces.records import TraceJob
 from profiles.interference import PairInterference, Sharer
 from profiles.iteration import IterationModels, accumulation_of
+from profiles.perfmodel.crius import builtin_crius
+from profiles.perfmodel.table import IterationTimeModel
 from profiles.scaling import ScalingModel
-from profiles.schema import plan_key
-from profiles.speed import cpu_mem_factor, gpu_type_factor
+from profiles.schema import Profile, plan_key
+from profiles.speed import cpu_mem_factor, gpu_type_factor, table_factor
 from profiles.store import ProfileStore
 
 Partner = tuple[TraceJob, Assignment]
@@ -54,8 +63,10 @@ class SpeedModel:
         nodes: Mapping[str, Node],
         interference: float | None = None,
         reference_share: tuple[float, float] | None = None,
+        times: IterationTimeModel | None = None,
     ) -> None:
         self.profiles = profiles
+        self.times: IterationTimeModel = builtin_crius() if times is None else times
         self.nodes = nodes
         self.reference_share = reference_share
         self.interference = PairInterference(profiles, fixed=interference)
@@ -78,7 +89,7 @@ class SpeedModel:
         )
         partner_kinds = tuple((p.model, p.batch_size, p.num_gpus, plan_key(a.plan)) for p, a in partners)
         key = (job.model, job.batch_size, job.gpu_type, job.num_gpus, node.gpu_type, shape, assignment.cpus,
-               assignment.mem_gb, plan_key(assignment.plan), partner_kinds)  # fmt: skip
+               assignment.mem_gb, plan_key(assignment.plan), partner_kinds, plan_key(job.plan))  # fmt: skip
         cached = self._memo.get(key)
         if cached is not None:
             return cached
@@ -92,22 +103,22 @@ class SpeedModel:
             ref_cpus = self.reference_share[0] * g / (1 + len(partners))
             ref_mem = self.reference_share[1] * g / (1 + len(partners))
         # Synchronous data-parallel workers wait for the slowest: every node's type counts.
-        type_factor = min(
-            gpu_type_factor(
-                profile, gpu_type=t, reference_type=job.gpu_type, num_gpus=g, batch_size=job.batch_size
+        types = sorted({self.nodes[name].gpu_type for name, _ in assignment.per_node})
+        placement = self._table_factor(profile, job, types, g, len(assignment.per_node), assignment)
+        if placement is None:
+            type_factor = min(
+                gpu_type_factor(
+                    profile, gpu_type=t, reference_type=job.gpu_type, num_gpus=g, batch_size=job.batch_size
+                )
+                for t in types
             )
-            for t in sorted({self.nodes[name].gpu_type for name, _ in assignment.per_node})
-        )
-        factor = (
-            type_factor
-            * self._count_factor(job, node.gpu_type, g, len(assignment.per_node))
-            * cpu_mem_factor(
-                profile,
-                cpus_per_gpu=assignment.cpus / g,
-                mem_gb_per_gpu=assignment.mem_gb / g,
-                reference_cpus_per_gpu=ref_cpus / g,
-                reference_mem_gb_per_gpu=ref_mem / g,
-            )
+            placement = type_factor * self._count_factor(job, node.gpu_type, g, len(assignment.per_node))
+        factor = placement * cpu_mem_factor(
+            profile,
+            cpus_per_gpu=assignment.cpus / g,
+            mem_gb_per_gpu=assignment.mem_gb / g,
+            reference_cpus_per_gpu=ref_cpus / g,
+            reference_mem_gb_per_gpu=ref_mem / g,
         )
         ga = accumulation_of(assignment.plan)
         if ga is not None:
@@ -131,6 +142,39 @@ class SpeedModel:
             )
         self._memo[key] = factor
         return factor
+
+    def _table_factor(
+        self,
+        profile: Profile,
+        job: TraceJob,
+        types: Sequence[str],
+        gpus: int,
+        nodes: int,
+        assignment: Assignment,
+    ) -> float | None:
+        """Type x count x plan from the iteration-time model, for a model whose profile has no
+        measured throughputs (the other factors have no data for it); ``None`` otherwise or
+        when the model does not know every type involved. Without a ``gpu_type`` in the trace
+        row, each node type is its own reference (only count and plan change)."""
+        if profile.throughput:
+            return None
+        ratios = [
+            table_factor(
+                self.times,
+                model=job.model,
+                batch_size=job.batch_size,
+                reference_type=job.gpu_type or t,
+                reference_gpus=job.num_gpus,
+                reference_plan=job.plan,
+                gpu_type=t,
+                gpus=gpus,
+                nodes=nodes,
+                plan=assignment.plan,
+            )
+            for t in types
+        ]
+        known = [r for r in ratios if r is not None]
+        return min(known) if known and len(known) == len(ratios) else None
 
     def _count_factor(self, job: TraceJob, gpu_type: str, gpus: int, nodes: int) -> float:
         """An elastic job on another GPU count than its trace row's: the throughput ratio at its

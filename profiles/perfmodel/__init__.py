@@ -7,6 +7,8 @@
   (:func:`fit_perfmodel` -> :class:`PerfModel`);
 * ``memory.py``: per-GPU memory of a plan and the :func:`fits` check;
 * ``table.py``: the :class:`IterationTimeModel` interface and :class:`MeasuredTable`;
+* ``crius.py``, ``gavel.py``: the same interface over Crius's measured best-plan times
+  (:class:`CriusTable`) and Gavel's measured throughputs (:class:`GavelTable`);
 * ``csvio.py``, ``document.py``, ``accuracy.py``: the measurement CSV, the
   ``mosaic-perfmodel/1`` JSON document and the error table of ``mosaic perfmodel``.
 
@@ -14,7 +16,9 @@ Pure code: the callers read and write the files.
 """
 
 from profiles.perfmodel.accuracy import Accuracy, ErrorStats, PointError, accuracy, format_accuracy
+from profiles.perfmodel.crius import CriusRecord, CriusTable, builtin_crius
 from profiles.perfmodel.fit import FitOptions, Measurement, ModelFit, PerfModel, fit_perfmodel
+from profiles.perfmodel.gavel import GavelTable
 from profiles.perfmodel.memory import MemoryEstimate, fits, memory_estimate
 from profiles.perfmodel.query import Environment, ModelShape, Query, make_query, plan_label
 from profiles.perfmodel.table import IterationTimeModel, MeasuredTable
@@ -23,9 +27,12 @@ from profiles.perfmodel.terms import Breakdown, PerfParams, iteration_breakdown,
 __all__ = [
     "Accuracy",
     "Breakdown",
+    "CriusRecord",
+    "CriusTable",
     "Environment",
     "ErrorStats",
     "FitOptions",
+    "GavelTable",
     "IterationTimeModel",
     "MeasuredTable",
     "Measurement",
@@ -37,6 +44,7 @@ __all__ = [
     "PointError",
     "Query",
     "accuracy",
+    "builtin_crius",
     "fit_perfmodel",
     "fits",
     "format_accuracy",

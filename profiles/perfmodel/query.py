@@ -68,13 +68,16 @@ class Query:
     ``plan`` is resolved (:func:`planner.execplan.resolve`): ``dp x tp x pp`` workers, one
     per GPU, and ``dp x micro_batch x grad_accum`` = the global batch. ``nodes`` is how
     many servers the GPUs are spread over (evenly); ``cpus_per_gpu`` (``c``) only matters
-    for ZeRO-Offload, whose optimizer step runs on the CPU.
+    for ZeRO-Offload, whose optimizer step runs on the CPU. ``gpu_type`` names the GPU
+    (``a100``, ``v100``...) for models measured on several types (the Crius and Gavel
+    tables); ``None`` asks a single-type model (Rubick's fit) and is unknown to the tables.
     """
 
     model: ModelShape
     plan: ExecPlan
     nodes: int = 1
     cpus_per_gpu: float | None = None
+    gpu_type: str | None = None
 
     def __post_init__(self) -> None:
         where = f"model {self.model.name!r}"

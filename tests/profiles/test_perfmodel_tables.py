@@ -201,3 +201,22 @@ def test_a_crius_job_in_the_simulator_runs_as_fast_as_the_table_says_on_each_typ
     seconds = builtin_crius().best_time_s("bert_1.3B", 128, gpu_type, 4)
     assert seconds is not None
     assert record.jct_s == pytest.approx(1000.0 * seconds / BERT_1_3B_128[("v100", 4)])
+
+
+def test_an_emulated_crius_job_runs_at_the_same_table_speed(tmp_path):
+    # The emulated job reads what Slurm gave it (4 A100s on one node) and asks the same
+    # SpeedModel: its speed is the measured V100/A100 ratio, as in the simulator.
+    from slurm_plugin.emulate_speed import job_speed
+
+    nodes = {n.name: n for n in make_nodes(1, gpus=4, gpu_type="a100", cpus=16, mem_gb=256.0)}
+    env = {
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NODELIST": "n1",
+        "SLURM_JOB_GPUS": "0,1,2,3",
+        "CUDA_VISIBLE_DEVICES": "0,1,2,3",
+        "SLURM_CPUS_ON_NODE": "16",
+        "SLURM_MEM_PER_NODE": str(256 * 1024),
+    }
+    job = trace_job("7", 0, 4, 1000, model="bert_1.3B", gpu_type="v100", batch_size=128)
+    speed, _ = job_speed(env, tmp_path, job, nodes, profiles())
+    assert speed == pytest.approx(BERT_1_3B_128[("v100", 4)] / BERT_1_3B_128[("a100", 4)])

@@ -58,8 +58,9 @@ class _Free:
         )
 
     def take(self, slots: Sequence[GpuSlot]) -> None:
-        for name, k in slots:
-            self.gpus[name].remove(k)
+        taken = set(slots)
+        for name in {name for name, _ in slots}:
+            self.gpus[name] = [k for k in self.gpus[name] if (name, k) not in taken]
 
     def give(self, slots: Sequence[GpuSlot]) -> None:
         for name, k in slots:

@@ -23,6 +23,7 @@ settings.register_profile(
     "ci", max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile("dev", max_examples=60, deadline=None)
+settings.register_profile("fast", max_examples=15, deadline=None)  # contrib/test.sh --fast
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
@@ -81,3 +82,19 @@ def live(slurm_cluster: Cluster) -> Iterator[Cluster]:
     yield slurm_cluster
     run(["scancel", "--user=root"], env=slurm_cluster.env, check=False)
     lifecycle.wait_jobs_gone(slurm_cluster, 20.0)
+
+
+LIVE_FIXTURES = frozenset({"slurm_cluster", "slurm_cluster_of", "live"})
+JOB_MODULES = frozenset(
+    {"test_resharding", "test_deepspeed", "test_launch", "test_mosaic_run", "test_render"}
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark what is slow for ``contrib/test.sh --fast``: tests on the live cluster, tests
+    that run real training processes, and the long simulations (``slow``)."""
+    for item in items:
+        if LIVE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.live)
+        if item.path.stem in JOB_MODULES:
+            item.add_marker(pytest.mark.jobs)

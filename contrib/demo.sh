@@ -7,5 +7,6 @@
 # Extra arguments go to `mosaic demo` (e.g. --scheduler las).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./contrib/setup.sh
+# The demo's jobs are emulated: torch and DeepSpeed (for the job-side tests) are not needed.
+MOSAIC_SETUP_FRAMEWORKS=0 ./contrib/setup.sh
 exec .venv/bin/mosaic demo --out out/demo "$@"

@@ -49,11 +49,12 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[dev]'
+.venv/bin/python -m pip install --quiet -e '.[dev,plots]'
 # The job side's frameworks, so the wrapper's tests run for real: torch 2.13.0 (the CPU wheel this
 # machine image carries; another version pulls GBs of CUDA packages) and DeepSpeed without prebuilt
 # ops, constrained so it keeps that torch. Skipped when both import already (re-runs stay fast).
-if ! .venv/bin/python -c 'import torch, deepspeed' >/dev/null 2>&1; then
+# MOSAIC_SETUP_FRAMEWORKS=0 (contrib/demo.sh) skips them: the demo's jobs are emulated.
+if [ "${MOSAIC_SETUP_FRAMEWORKS:-1}" != 0 ] && ! .venv/bin/python -c 'import torch, deepspeed' >/dev/null 2>&1; then
     echo "setup: installing torch 2.13.0 (CPU) and DeepSpeed 0.19.8" >&2
     constraint=$(mktemp)
     echo "torch==2.13.0" >"$constraint"

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 from pathlib import Path
 
 from planner.sim import SimResult
 
+log = logging.getLogger(__name__)
+
+
+def can_plot(path: Path) -> bool:
+    """Is matplotlib there (the ``plots`` extra)? Without it the plot is skipped, with a word."""
+    if importlib.util.find_spec("matplotlib") is not None:
+        return True
+    log.warning("%s not written: matplotlib is not installed (pip install 'slurm-mosaic[plots]')", path)
+    return False
+
 
 def write_sim_plot(result: SimResult, path: Path, title: str, total_gpus: int) -> None:
+    if not can_plot(path):
+        return
     import matplotlib
 
     matplotlib.use("Agg")

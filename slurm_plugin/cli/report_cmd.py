@@ -87,6 +87,10 @@ def _decision_times(store_path: Path, report: Report) -> list[float]:
 
 def write_plot(report: Report, path: Path, total_gpus: int) -> None:
     """Each job's runs as bars (a requeue starts a new bar) and busy GPUs over time."""
+    from slurm_plugin.cli.plot import can_plot
+
+    if not can_plot(path):
+        return
     import matplotlib
 
     matplotlib.use("Agg")

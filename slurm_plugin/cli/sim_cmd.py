@@ -94,9 +94,12 @@ def run(args: argparse.Namespace) -> int:
     log.info("simulating %d jobs on %d nodes with %s", len(trace), len(nodes), scheduler.name)
     bar = None
     if not args.no_progress and sys.stderr.isatty() and len(trace) >= 500:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(trace), unit="job", desc=f"sim {scheduler.name}", leave=False)
+        try:
+            from tqdm import tqdm
+        except ImportError:  # the plots extra is not installed: no progress bar
+            tqdm = None
+        if tqdm is not None:
+            bar = tqdm(total=len(trace), unit="job", desc=f"sim {scheduler.name}", leave=False)
 
     def progress(sim_time_s: float, finished: int, total: int) -> None:
         assert bar is not None

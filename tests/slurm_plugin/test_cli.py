@@ -256,3 +256,17 @@ def test_presets_and_profiles_listings(capsys):
 def test_console_scripts_are_installed():
     version = subprocess.run([str(BIN / "mosaic"), "--version"], capture_output=True, text=True, check=True)
     assert version.stdout.startswith("mosaic ")
+
+
+def test_without_the_plots_extra_the_plot_is_skipped_with_a_word(small, tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a)
+    )
+    cluster, trace = small
+    out = tmp_path / "out"
+    assert main(["sim", "--cluster", str(cluster), "--trace", str(trace), "--out", str(out)]) == 0
+    assert (out / "summary.json").exists() and not (out / "plot.png").exists()
+    assert "matplotlib is not installed" in capsys.readouterr().err

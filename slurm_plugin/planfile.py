@@ -54,7 +54,7 @@ def _job_name(job_id: str) -> str:
 
 
 def plan_path(spool: str | Path, job_id: str) -> Path:
-    return Path(spool) / "plans" / f"{_job_name(job_id)}.json"
+    return plandoc.plan_file_path(spool, _job_name(job_id))
 
 
 def ensure_spool(spool: str | Path) -> None:

@@ -1,4 +1,4 @@
-"""The plan file's JSON document: what the controller tells one job (pure, no I/O).
+"""The plan file's JSON document and path: what the controller tells one job (pure, no I/O).
 
 One document per job, written by the controller (:mod:`slurm_plugin.planfile`) and read by
 ``mosaic-run`` (:mod:`wrapper.planfile`)::
@@ -14,7 +14,9 @@ RoundPlan JSON") and its ``plan`` an execution plan (:mod:`planner.execplan`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from planner.codec import assignment_from_json, assignment_to_json
@@ -24,6 +26,16 @@ from planner.fields import Fields
 from planner.model import Assignment
 
 FORMAT = "mosaic-plan/1"
+PLANS_DIR = "plans"
+_JOB_ID = re.compile(r"^[A-Za-z0-9_.+-]+$")
+
+
+def plan_file_path(spool: str | Path, job_id: str) -> Path:
+    """``<spool>/plans/<job id>.json``: where the controller writes a job's plan and the job
+    reads it (the one definition both sides use); a job id that cannot name a file is refused."""
+    if not _JOB_ID.match(str(job_id)) or str(job_id) in {".", ".."}:
+        raise InputError(f"job id {job_id!r} cannot name a plan file (letters, digits, '_', '.', '+', '-')")
+    return Path(spool) / PLANS_DIR / f"{job_id}.json"
 
 
 class PlanFileError(InputError):

@@ -11,13 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from planner.fields import json_document
-from slurm_plugin.files import read_text
-from wrapper.plandoc import JobPlan, PlanFileError, parse_plan_document
+from wrapper.plandoc import JobPlan, PlanFileError, parse_plan_document, plan_file_path
 from wrapper.status import spool_dir
-
-
-def plan_file_path(spool: str | Path, job_id: str) -> Path:
-    return Path(spool) / "plans" / f"{job_id}.json"
 
 
 def find_plan_file(env: Mapping[str, str], explicit: str | None = None) -> Path | None:
@@ -33,5 +28,11 @@ def find_plan_file(env: Mapping[str, str], explicit: str | None = None) -> Path 
 
 def read_plan_file(path: str | Path) -> JobPlan:
     """Parse the plan file; every error names the file."""
-    document = json_document(read_text(path), str(path), PlanFileError)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise PlanFileError(f"{path}: cannot read: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise PlanFileError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+    document = json_document(text, str(path), PlanFileError)
     return parse_plan_document(document, str(path))

@@ -24,9 +24,10 @@ from benchmarks.common import write_result
 from planner.codec import assignment_from_json
 from planner.config import build_scheduler, preset
 from slurm_plugin import planfile
-from slurm_plugin.controller.actuate import Actuator, diff
+from slurm_plugin.controller.actuate import Actuator
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.loop import Controller
+from slurm_plugin.controller.rounddiff import diff
 from slurm_plugin.slurm.backend import CliSlurm
 from slurm_plugin.store import Store
 from slurm_plugin.submit import submit

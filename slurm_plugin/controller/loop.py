@@ -19,7 +19,7 @@ from planner.model import Assignment
 from planner.pipeline import Scheduler, plan_round
 from slurm_plugin import planfile
 from slurm_plugin.controller import metrics
-from slurm_plugin.controller.actuate import Action, Actuator, ApplyResult, describe, diff
+from slurm_plugin.controller.actuate import Actuator, ApplyResult
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.observe import (
     IN_FLUX_STATES,
@@ -30,6 +30,7 @@ from slurm_plugin.controller.observe import (
     first_sight_meta,
     job_gpus,
 )
+from slurm_plugin.controller.rounddiff import Action, describe, diff
 from slurm_plugin.slurm.backend import SlurmClient
 from slurm_plugin.slurm.parse import SlurmJob
 from slurm_plugin.slurm.runner import SlurmError

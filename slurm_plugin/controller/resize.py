@@ -27,10 +27,11 @@ from planner.errors import InputError
 from planner.execplan import plan_from_mapping, plan_to_mapping, rescale, resolve
 from planner.model import Assignment, Job, JobState, Snapshot
 from planner.policies.shaping import proportional_share
-from slurm_plugin.controller.actuate import Action, Actuator, Kind, describe, request_id
+from slurm_plugin.controller.actuate import Actuator
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.loop import Observer
 from slurm_plugin.controller.observe import OUTSIDE_PREFIX, Observation
+from slurm_plugin.controller.rounddiff import Action, Kind, describe, request_id
 from slurm_plugin.slurm.backend import SlurmClient
 from slurm_plugin.store import Store
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from planner.model import Assignment
-from slurm_plugin.controller.actuate import Kind, diff, infeasible, mem_mb_per_node, start_fields
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.observe import build_observation
+from slurm_plugin.controller.rounddiff import Kind, diff, infeasible, mem_mb_per_node, start_fields
 from slurm_plugin.slurm.parse import parse_sinfo_json, parse_squeue_json
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
@@ -111,7 +111,7 @@ def test_infeasible_requests_are_caught_before_any_update(obs):
 
 
 def test_a_job_moved_to_another_gpu_type_gets_that_type_as_its_feature():
-    from slurm_plugin.controller.actuate import retyped_features
+    from slurm_plugin.controller.rounddiff import retyped_features
 
     types = ("a100", "v100")
     assert retyped_features("a100", "v100", types) == "v100"

@@ -10,10 +10,11 @@ import pytest
 from planner.config import build_scheduler, preset
 from planner.errors import ConfigError
 from planner.model import Assignment
-from slurm_plugin.controller.actuate import CREDENTIAL_MARGIN_S, START_SETTLE_S, Action, Actuator, Kind
+from slurm_plugin.controller.actuate import CREDENTIAL_MARGIN_S, START_SETTLE_S, Actuator
 from slurm_plugin.controller.config import ControllerConfig, controller_config
 from slurm_plugin.controller.loop import Controller
 from slurm_plugin.controller.observe import build_observation
+from slurm_plugin.controller.rounddiff import Action, Kind
 from slurm_plugin.slurm.parse import parse_sinfo_json, parse_squeue_json
 from slurm_plugin.slurm.runner import SlurmCommandError
 from slurm_plugin.store import Store

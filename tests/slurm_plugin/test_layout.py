@@ -13,7 +13,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from planner.model import Assignment
-from slurm_plugin.controller.actuate import slurm_shape, start_fields
 from slurm_plugin.controller.layout import (
     TaskLayout,
     expressible_cpus,
@@ -21,6 +20,7 @@ from slurm_plugin.controller.layout import (
     layout_of,
     layout_problem,
 )
+from slurm_plugin.controller.rounddiff import slurm_shape, start_fields
 from slurm_plugin.slurm.parse import SlurmJob
 
 BASE = SlurmJob(

@@ -15,8 +15,9 @@ import pytest
 from planner.codec import assignment_from_json
 from slurm_plugin import planfile
 from slurm_plugin.cli.main import main
-from slurm_plugin.controller.actuate import Actuator, Kind, diff, mem_mb_per_node
+from slurm_plugin.controller.actuate import Actuator
 from slurm_plugin.controller.observe import OUTSIDE_PREFIX
+from slurm_plugin.controller.rounddiff import Kind, diff, mem_mb_per_node
 from slurm_plugin.directives import decode_comment
 from slurm_plugin.slurm.backend import CliSlurm
 from slurm_plugin.store import Store

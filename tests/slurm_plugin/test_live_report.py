@@ -10,7 +10,8 @@ from datetime import datetime
 from planner.codec import assignment_from_json
 from planner.metrics import SUMMARY_KEYS
 from slurm_plugin.cli.main import main
-from slurm_plugin.controller.actuate import Actuator, diff
+from slurm_plugin.controller.actuate import Actuator
+from slurm_plugin.controller.rounddiff import diff
 from slurm_plugin.report import build_report
 from slurm_plugin.slurm.backend import CliSlurm
 from slurm_plugin.slurm.runner import run

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from slurm_plugin.controller.actuate import Kind
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.observe import build_observation
 from slurm_plugin.controller.resize import ResizeError, relaunch_timeline, resize_target
+from slurm_plugin.controller.rounddiff import Kind
 from slurm_plugin.directives import encode_comment
 from slurm_plugin.slurm.parse import parse_sinfo_json, parse_squeue_json
 from slurm_plugin.submit import split_arguments

@@ -16,15 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from planner.model import Assignment
-from slurm_plugin.controller.actuate import (
-    Kind,
-    diff,
-    shard_infeasible,
-    start_fields,
-    wanted_shards,
-)
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.observe import build_observation, sharing_notice
+from slurm_plugin.controller.rounddiff import Kind, diff, shard_infeasible, start_fields, wanted_shards
 from slurm_plugin.report import build_report
 from slurm_plugin.slurm.parse import (
     gpu_indices,

@@ -203,30 +203,35 @@ def run_demo(
         since = datetime.fromtimestamp(started - 1).strftime("%Y-%m-%dT%H:%M:%S")
         slurm_ids: dict[str, str] = {}
         queue = list(jobs)
-        while True:
-            tick_start = time.time()
-            while queue and queue[0].submit_time_s / time_scale <= tick_start - started:
+
+        def submit_arrivals(now: float) -> None:
+            while queue and queue[0].submit_time_s / time_scale <= now - started:
                 job = queue.pop(0)
                 script = _script(scripts, job, time_scale, python, cluster_file)
                 meta = {"model": job.model, "duration_s": job.duration_s / time_scale}
                 env = {"MOSAIC_SPOOL": str(config.spool_dir)}
                 slurm_ids[job.job_id] = client.submit(str(script), [], encode_comment(meta), env)
-            controller.tick()
+
+        def finished() -> bool:
             states = {j.id: j.state for j in client.jobs()}
             done = sum(1 for s in slurm_ids.values() if states.get(s) == "COMPLETED")
             ended = sum(1 for s in slurm_ids.values() if states.get(s, "GONE") not in LIVE_STATES)
+            elapsed = time.time() - started
             if on_tick is not None:
-                on_tick(tick_start - started, done, len(jobs))
+                on_tick(elapsed, done, len(jobs))
             if not queue and ended == len(jobs):
                 if done < len(jobs):
                     log.warning("demo: %d of %d jobs did not complete", len(jobs) - done, len(jobs))
-                break
-            if tick_start - started > timeout_s:
+                return True
+            if elapsed > timeout_s:
                 log.warning(
                     "demo: %d of %d jobs unfinished after %g s", len(jobs) - done, len(jobs), timeout_s
                 )
-                break
-            time.sleep(max(0.0, round_s - (time.time() - tick_start)))
+                return True
+            return False
+
+        # The controller's own loop, one round every round_s, as `mosaic controller` runs it.
+        controller.run_forever(before_tick=submit_arrivals, done=finished)
         end = time.time()
         rows = _wait_for_accounting(client, since, len(jobs))
         report = build_report(rows, config.partitions, end)

@@ -251,18 +251,31 @@ class Controller:
 
     # -- loop -------------------------------------------------------------------------
 
-    def run_forever(self, sleep: Callable[[float], None] = time.sleep, ticks: int | None = None) -> None:
-        """Tick every ``round_s``; a tick that raises is logged and the loop goes on."""
+    def run_forever(
+        self,
+        sleep: Callable[[float], None] = time.sleep,
+        ticks: int | None = None,
+        *,
+        before_tick: Callable[[float], None] | None = None,
+        done: Callable[[], bool] | None = None,
+    ) -> None:
+        """Tick every ``round_s``; a tick that raises is logged and the loop goes on.
+
+        ``ticks`` bounds the loop; ``before_tick(now)`` runs first in each round (``mosaic
+        demo`` submits the trace's arrivals there) and ``done()`` after it ends the loop.
+        """
         count = 0
         while ticks is None or count < ticks:
             started = self.clock()
+            if before_tick is not None:
+                before_tick(started)
             try:
                 self.tick()
             except Exception:  # the tick boundary: one bad tick must not end the controller
                 log.exception("tick failed")
                 self.store.log_tick(started, False, None, "unexpected error (see log)", 0.0)
             count += 1
-            if ticks is not None and count >= ticks:
+            if (ticks is not None and count >= ticks) or (done is not None and done()):
                 break
             sleep(max(0.0, self.config.round_s - (self.clock() - started)))
 

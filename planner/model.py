@@ -261,9 +261,6 @@ class Snapshot:
     def nodes_by_name(self) -> Mapping[str, Node]:
         return self._nodes_by_name
 
-    def has_node(self, name: str) -> bool:
-        return name in self._nodes_by_name
-
 
 class Outcome(StrEnum):
     """Why a job is (or is not) in this round's assignments.

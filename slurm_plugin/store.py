@@ -134,10 +134,6 @@ class Store:
         with self.db:
             self.db.execute("UPDATE jobs SET num_gpus = ? WHERE job_id = ?", (num_gpus, job_id))
 
-    def set_meta(self, job_id: str, meta: Mapping[str, Any]) -> None:
-        with self.db:
-            self.db.execute("UPDATE jobs SET meta = ? WHERE job_id = ?", (json.dumps(dict(meta)), job_id))
-
     def account(self, updates: Mapping[str, tuple[float, float | None, float, float | None]]) -> None:
         """Per job: (attained GPU-s, progress, accounted until, pending since)."""
         with self.db:

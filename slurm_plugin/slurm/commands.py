@@ -23,18 +23,6 @@ def sinfo_json() -> list[str]:
     return list(SINFO_JSON)
 
 
-def ping() -> list[str]:
-    return ["scontrol", "ping"]
-
-
-def show_job(job_id: str) -> list[str]:
-    return ["scontrol", "show", "job", "-o", _job_id(job_id)]
-
-
-def show_nodes() -> list[str]:
-    return ["scontrol", "show", "node", "-o"]
-
-
 def update_job(job_ids: Sequence[str], fields: Mapping[str, str]) -> list[str]:
     """``scontrol update JobId=1,2 Key=Value ...`` (one call may update many jobs)."""
     if not job_ids:
@@ -67,10 +55,6 @@ def signal(job_id: str, name: str) -> list[str]:
     if not name.isalnum():
         raise InputError(f"signal name {name!r} is not a signal")
     return ["scancel", f"--signal={name}", "--full", _job_id(job_id)]
-
-
-def cancel(job_ids: Sequence[str]) -> list[str]:
-    return ["scancel", *(_job_id(j) for j in job_ids)]
 
 
 def sbatch(

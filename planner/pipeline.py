@@ -7,7 +7,7 @@ the decision time (and its per-stage breakdown) measured and recorded in the pla
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from planner.model import Assignment, Job, Outcome, RoundPlan, Snapshot
@@ -116,8 +116,17 @@ def finalize(
         decision_time_s=decision_time_s,
         stage_times_s=stage_times_s or {},
         policy_state={j.id: j.policy_state for j in ordered if j.policy_state is not None},
-        gpu_type_of={job_id: gpu_type_of(snapshot, a) for job_id, a in draft.assignments.items()},
+        gpu_type_of=_gpu_types(snapshot, draft.assignments),
     )
+
+
+def _gpu_types(snapshot: Snapshot, assignments: Mapping[str, Assignment]) -> dict[str, str | None]:
+    """Each assignment's GPU type; one look for a cluster of one type (the common case: a
+    simulation plans thousands of rounds, each with every running job's assignment)."""
+    types = {n.gpu_type for n in snapshot.nodes}
+    if len(types) == 1:
+        return dict.fromkeys(assignments, next(iter(types)))
+    return {job_id: gpu_type_of(snapshot, a) for job_id, a in assignments.items()}
 
 
 def gpu_type_of(snapshot: Snapshot, assignment: Assignment) -> str | None:

@@ -31,14 +31,17 @@ VARIANTS: dict[str, FitOptions] = {
     "default (k_opt_off, k_const per model, pooled)": FitOptions(),
     "all seven k shared (only rates per model)": FitOptions(pooled=()),
     "all seven k per model, pooled": FitOptions(pooled=PARAM_NAMES),
+    "sample forward times as a rate target": FitOptions(fwd_weight=1.0),
+    "sample forward times as a rate target and as T_fwd input": FitOptions(fwd_weight=1.0, fwd_as_input=True),
 }
 
 
-def points(model: Any, rows: list[Row], rubick: bool = False) -> list[PointError]:
+def points(model: Any, rows: list[Row], rubick: bool = False, forwards: bool = False) -> list[PointError]:
+    """Per-point errors; ``forwards``: feed the rows' profiled ``fwd_time_s`` (3D rows)."""
     predicted = (
         [float(r.cells["rubick_pred_s"]) for r in rows]
         if rubick
-        else model.predict_many([r.query for r in rows])
+        else model.predict_many([r.query for r in rows], [r.fwd_time_s for r in rows] if forwards else None)
     )
     out = []
     for row, pred in zip(rows, predicted, strict=True):
@@ -76,8 +79,11 @@ def main() -> None:
     model = fit_perfmodel([r.measurement() for r in samples])
     fit_s = time.perf_counter() - started
     ours = accuracy(points(model, validation))
+    given = accuracy(points(model, validation, forwards=True))
     rubick = accuracy(points(model, validation, rubick=True))
     print(format_accuracy(ours))
+    print("\nWith the profiled forward times of the 3D configurations (validation.csv fwd_time_s):")
+    print(format_accuracy(given))
     print("\nMorphling's own predictions (rubick_pred_s):")
     print(format_accuracy(rubick))
 
@@ -88,14 +94,19 @@ def main() -> None:
             [p for p, three in zip(ours_points, is_3d, strict=True) if not three]
         ),
         "3D TP/PP (31)": accuracy([p for p, three in zip(ours_points, is_3d, strict=True) if three]),
+        "3D TP/PP (31), profiled forward given": accuracy(
+            [p for p, three in zip(given.points, is_3d, strict=True) if three]
+        ),
     }
     variants = {}
     for name, options in VARIANTS.items():
         fitted = fit_perfmodel([r.measurement() for r in samples], options)
         result = accuracy(points(fitted, validation)).to_json()
+        with_forward = accuracy(points(fitted, validation, forwards=True)).to_json()
         variants[name] = {
             "pooled": list(options.pooled),
             "overall": result["overall"],
+            "overall_with_profiled_3d_forward": with_forward["overall"],
             "per_model": result["per_model"],
             "samples_rmsle": fitted.rmsle,
             "samples_leave_one_out": leave_one_out(samples, options),
@@ -115,6 +126,7 @@ def main() -> None:
             },
             "rates_tflops": {k: round(f.rate / 1e12, 2) for k, f in model.models.items()},
             "mosaic": ours.to_json(),
+            "mosaic_with_profiled_3d_forward": given.to_json(),
             "rubick": rubick.to_json(),
             "subsets": {k: v.to_json()["overall"] for k, v in subsets.items()},
             "variants": variants,
@@ -125,11 +137,12 @@ def main() -> None:
                     "plan": p.plan,
                     "measured_s": p.measured_s,
                     "predicted_s": round(p.predicted_s, 6),
+                    "predicted_with_forward_s": round(g.predicted_s, 6),
                     "rubick_s": r.predicted_s,
                     "error_pct": round(100 * p.error, 3),
                     "rubick_error_pct": round(100 * r.error, 3),
                 }
-                for p, r in zip(ours.points, rubick.points, strict=True)
+                for p, g, r in zip(ours.points, given.points, rubick.points, strict=True)
             ],
         },
     )

@@ -11,8 +11,12 @@ batch). Required: ``model``, ``global_batch``, ``gpus`` and, for fitting and val
 be left empty for a model the parameters were fitted on. Empty optional cells mean the
 defaults: 1 node, ``dp = gpus/(tp·pp)``, ``tp = pp = 1``, ZeRO stage 0, no offload,
 ``grad_accum`` 1, no activation checkpointing. An optional ``offload_param`` and
-``heads`` column are read too; any other column (``source``, ``rubick_pred_s``) is carried
-along untouched. Every error names the source, the line and the column.
+``heads`` column are read too, and an optional ``fwd_time_s``: the profiled forward time
+of that configuration (seconds, one GPU's forward passes of one iteration), Rubick's
+``T_fwd`` input: a prediction uses it instead of the rate-based estimate, and the fit can
+calibrate the model's compute rate on it (``FitOptions.fwd_weight``); any other column
+(``source``, ``rubick_pred_s``) is carried along untouched. Every error names the source,
+the line and the column.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ COLUMNS = (
     "grad_accum",
     "activation_checkpointing",
     "iter_time_s",
+    "fwd_time_s",
     "source",
 )
 REQUIRED = ("model", "global_batch", "gpus")
@@ -65,11 +70,12 @@ class Row:
     iter_time_s: float | None
     cells: Mapping[str, str]
     source: str
+    fwd_time_s: float | None = None
 
     def measurement(self) -> Measurement:
         if self.iter_time_s is None:
             raise InputError(f"{self.source}: column 'iter_time_s': is empty (a measured time is needed)")
-        return Measurement(self.query, self.iter_time_s, self.source)
+        return Measurement(self.query, self.iter_time_s, self.source, self.fwd_time_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,8 +217,11 @@ def _row(
     if offload_optimizer and cpus is None:
         raise c.fail("cpus_per_gpu", "is empty, but ZeRO-Offload's optimizer step depends on it")
     time = c.number("iter_time_s", required=require_time)
+    forward = c.number("fwd_time_s")
+    if forward is not None and time is not None and forward >= time:
+        raise c.fail("fwd_time_s", f"forward time {forward:g} s is not below the iteration time {time:g} s")
     query = Query(model=shape, plan=resolved, nodes=nodes, cpus_per_gpu=cpus)
-    return Row(line=line, query=query, iter_time_s=time, cells=cells, source=where)
+    return Row(line=line, query=query, iter_time_s=time, cells=cells, source=where, fwd_time_s=forward)
 
 
 def _shape(c: _Cells, name: str, shapes: Mapping[str, ModelShape]) -> ModelShape:

@@ -71,11 +71,18 @@ class Measurement:
     query: Query
     iter_time_s: float
     source: str = ""
+    fwd_time_s: float | None = None
 
     def __post_init__(self) -> None:
+        where = self.source or f"model {self.query.model.name!r}"
         if not (math.isfinite(self.iter_time_s) and self.iter_time_s > 0):
-            where = self.source or f"model {self.query.model.name!r}"
             raise InputError(f"{where}: iter_time_s must be a positive number, got {self.iter_time_s!r}")
+        if self.fwd_time_s is not None and not (
+            math.isfinite(self.fwd_time_s) and 0 < self.fwd_time_s < self.iter_time_s
+        ):
+            raise InputError(
+                f"{where}: fwd_time_s must be a positive number below iter_time_s, got {self.fwd_time_s!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,13 +94,21 @@ class FitOptions:
     rate_pooling: float = 0.1
     k_bwd_prior: float = 2.0
     k_bwd_prior_weight: float = 1.0
+    # Measured forward times of the samples (``Measurement.fwd_time_s``): ``fwd_weight``
+    # weighs a residual of the rate-based forward against them (it calibrates the compute
+    # rate), ``fwd_as_input`` feeds them to the sample's own Eq. 1 as Rubick's fit does.
+    # Both off by default: on the bundled samples the leave-one-out error of the iteration
+    # time is lowest without them (their forward times do not scale linearly with the
+    # per-GPU batch, as the rate-based estimate assumes); see BENCHMARKS.md.
+    fwd_weight: float = 0.0
+    fwd_as_input: bool = False
     environment: Environment = field(default_factory=Environment)
 
     def __post_init__(self) -> None:
         unknown = [k for k in self.pooled if k not in PARAM_NAMES]
         if unknown:
             raise InputError(f"fit options: unknown parameter(s) {unknown}; valid: {', '.join(PARAM_NAMES)}")
-        for key in ("pooling", "rate_pooling", "k_bwd_prior_weight"):
+        for key in ("pooling", "rate_pooling", "k_bwd_prior_weight", "fwd_weight"):
             if not getattr(self, key) >= 0:
                 raise InputError(f"fit options: {key} must be >= 0, got {getattr(self, key)!r}")
         if not self.k_bwd_prior > 0:
@@ -135,23 +150,27 @@ class PerfModel:
         fitted = self.model_fit(name)
         return (fitted.params, fitted.rate) if fitted else (self.shared, self.shared_rate)
 
-    def breakdown(self, query: Query) -> Breakdown:
+    def breakdown(self, query: Query, fwd_time_s: float | None = None) -> Breakdown:
+        """Eq. 1's parts; ``fwd_time_s`` is the configuration's profiled forward time, if any."""
         params, rate = self.parameters_for(query.model.name)
-        return iteration_breakdown(query, params, rate, self.environment)
+        return iteration_breakdown(query, params, rate, self.environment, fwd_time_s)
 
-    def iteration_time_s(self, query: Query) -> float | None:
+    def iteration_time_s(self, query: Query, fwd_time_s: float | None = None) -> float | None:
         """Predicted seconds per iteration, or ``None`` when the plan does not fit the GPU."""
         if self.gpu_mem_gb is not None and not fits(query, self.gpu_mem_gb, self.environment):
             return None
-        return self.breakdown(query).total
+        return self.breakdown(query, fwd_time_s).total
 
-    def predict_many(self, queries: Sequence[Query]) -> list[float]:
-        """Eq. 1 for many queries at once (no memory check)."""
+    def predict_many(
+        self, queries: Sequence[Query], fwd_times: Sequence[float | None] | None = None
+    ) -> list[float]:
+        """Eq. 1 for many queries at once (no memory check); ``fwd_times`` as in :meth:`breakdown`."""
         if not queries:
             return []
         chosen = [self.parameters_for(q.model.name) for q in queries]
         k = ParamColumns.of([p for p, _ in chosen], [r for _, r in chosen])
-        return [float(x) for x in breakdown_columns(Columns.of(queries), k, self.environment)["total"]]
+        columns = Columns.of(queries, fwd_times)
+        return [float(x) for x in breakdown_columns(columns, k, self.environment)["total"]]
 
     def with_gpu_memory(self, gpu_mem_gb: float | None) -> PerfModel:
         return replace(self, gpu_mem_gb=gpu_mem_gb)
@@ -233,23 +252,35 @@ def fit_perfmodel(measurements: Sequence[Measurement], options: FitOptions | Non
     names = sorted(shapes)
     layout = _Layout(names, options)
     queries = [m.query for m in measurements]
-    columns = Columns.of(queries)
+    forwards = [m.fwd_time_s for m in measurements]
+    columns = Columns.of(queries, forwards if options.fwd_as_input else None)
+    given = Columns.of(queries, forwards).fwd_given
     index = np.array([names.index(normalise(q.model.name)) for q in queries])
     target = np.log(np.array([m.iter_time_s for m in measurements]))
     env = options.environment
     prior = math.log(options.k_bwd_prior)
     weights = np.array([options.pooling] * len(layout.pooled) + [options.rate_pooling])
 
-    def predict(theta: FloatArray) -> FloatArray:
+    # Measured forward times, where given and weighted, are a second target (Rubick fits its
+    # parameters to the profiled forward, backward+sync and optimizer times and the total).
+    has_fwd = ~np.isnan(given)
+    fwd_target = np.log(given[has_fwd])
+
+    def parts(theta: FloatArray) -> dict[str, FloatArray]:
         logs, rates = layout.logs(theta)
         cols = _to_columns(logs[index])
         k = ParamColumns(rate=np.exp(rates[index]) * _RATE_SCALE, **cols)
-        total: FloatArray = breakdown_columns(columns, k, env)["total"]
-        return total
+        return breakdown_columns(columns, k, env)
+
+    def predict(theta: FloatArray) -> FloatArray:
+        return parts(theta)["total"]
 
     def residuals(theta: FloatArray) -> FloatArray:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            errors = np.log(predict(theta)) - target
+            got = parts(theta)
+            errors = np.log(got["total"]) - target
+            fwd_errors = options.fwd_weight * (np.log(got["t_fwd_rate"][has_fwd]) - fwd_target)
+            errors = np.concatenate([errors, fwd_errors])
         # A parameter vector that makes a time non-finite is far off, not an error.
         errors = np.where(np.isfinite(errors), errors, 50.0)
         penalties = (layout.deviations(theta) * weights).ravel()

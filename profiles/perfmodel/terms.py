@@ -13,10 +13,11 @@
 
 Where Mosaic departs from the paper, and why:
 
-* **Forward time.** Rubick profiles ``T_fwd`` per model. Mosaic's measurements are
-  iteration times only, so the forward time of one sample on one GPU is the model's
-  forward FLOPs (:meth:`ModelShape.forward_flops_per_sample`) over a per-model
-  *compute rate* that is fitted with the ``k``'s (``fit.py``).
+* **Forward time.** Rubick takes ``T_fwd`` as a profiled input, for 3D plans one per
+  configuration. A query may give it (``fwd_time_s``) and then it is used as is; otherwise
+  the forward time of one sample on one GPU is the model's forward FLOPs
+  (:meth:`ModelShape.forward_flops_per_sample`) over a per-model *compute rate* that is
+  fitted with the ``k``'s (``fit.py``), so that plans never profiled can be predicted.
 * **Offload copies.** The paper divides ``T_off`` by ``d`` (every GPU copies its own
   partition over its own PCIe link). The measurements behind the bundled samples show
   an offload cost that does not shrink with more GPUs on a node (BERT: about 0.1 s at
@@ -29,6 +30,7 @@ The formulas are written on numpy arrays so that a fit evaluates all samples at 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
@@ -127,9 +129,18 @@ class Columns:
     offload: FloatArray
     accum: FloatArray
     recompute: FloatArray
+    fwd_given: FloatArray  # profiled T_fwd (seconds), NaN where not given
 
     @classmethod
-    def of(cls, queries: Sequence[Query]) -> Columns:
+    def of(cls, queries: Sequence[Query], fwd_times: Sequence[float | None] | None = None) -> Columns:
+        """``fwd_times``: a profiled forward time per query (seconds) or ``None``."""
+        forwards = list(fwd_times) if fwd_times is not None else [None] * len(queries)
+        if len(forwards) != len(queries):
+            raise InputError(f"{len(forwards)} forward times for {len(queries)} queries")
+        for f in forwards:
+            if f is not None and not (math.isfinite(f) and f > 0):
+                raise InputError(f"a profiled forward time must be a positive number of seconds, got {f!r}")
+
         def col(values: Sequence[float]) -> FloatArray:
             return np.asarray(values, dtype=np.float64)
 
@@ -151,6 +162,7 @@ class Columns:
             offload=col([1.0 if q.plan.offload_optimizer else 0.0 for q in queries]),
             accum=col([q.grad_accum for q in queries]),
             recompute=col([1.0 if q.plan.activation_checkpointing else 0.0 for q in queries]),
+            fwd_given=col([math.nan if f is None else f for f in forwards]),
         )
 
 
@@ -193,7 +205,11 @@ def breakdown_columns(c: Columns, k: ParamColumns, env: Environment) -> dict[str
     # pipeline: t_stage·(m + p - 1) with m = a. Without PP this is a·T_fwd (§4.1, GA).
     micro = c.batch / (d * a)
     t_stage = micro * (c.flops / k.rate) / (t * p)
-    t_fwd = t_stage * (a + p - 1.0)
+    t_fwd_rate = t_stage * (a + p - 1.0)
+    # A profiled forward time of the configuration, where given, replaces the estimate
+    # (Rubick's T_fwd is such a measurement); the stage time scales with it.
+    t_fwd = np.where(np.isnan(c.fwd_given), t_fwd_rate, c.fwd_given)
+    t_stage = t_fwd / (a + p - 1.0)
     # §4.1 T_bwd = k_bwd·T_fwd; activation checkpointing recomputes the forward pass
     # during the backward pass (Chen et al.), one more T_fwd.
     bwd_factor = k.k_bwd + c.recompute
@@ -243,12 +259,20 @@ def breakdown_columns(c: Columns, k: ParamColumns, env: Environment) -> dict[str
         "t_oo": t_oo,
         "k_const": k.k_const,
         "total": total,
+        "t_fwd_rate": t_fwd_rate,
     }
 
 
-def iteration_breakdown(query: Query, params: PerfParams, rate: float, env: Environment) -> Breakdown:
-    """Rubick Eq. 1 for one query, with its parts; ``rate`` is the model's FLOP/s."""
+def iteration_breakdown(
+    query: Query, params: PerfParams, rate: float, env: Environment, fwd_time_s: float | None = None
+) -> Breakdown:
+    """Rubick Eq. 1 for one query, with its parts; ``rate`` is the model's FLOP/s.
+
+    ``fwd_time_s``: the configuration's profiled forward time, used instead of the
+    rate-based estimate when given.
+    """
     if not (np.isfinite(rate) and rate > 0):
         raise InputError(f"model {query.model.name!r}: compute rate must be > 0 FLOP/s, got {rate!r}")
-    parts = breakdown_columns(Columns.of([query]), ParamColumns.of([params], [rate]), env)
+    parts = breakdown_columns(Columns.of([query], [fwd_time_s]), ParamColumns.of([params], [rate]), env)
+    parts.pop("t_fwd_rate")
     return Breakdown(**{name: float(values[0]) for name, values in parts.items()})

@@ -112,7 +112,7 @@ def run_predict(args: argparse.Namespace) -> int:
     table = parse_table(read_text(args.queries), args.queries, require_time=False, shapes=_shapes(model))
     out_rows = []
     for row in table.rows:
-        predicted = model.iteration_time_s(row.query)
+        predicted = model.iteration_time_s(row.query, row.fwd_time_s)
         out_rows.append({**row.cells, PREDICTION_COLUMN: "" if predicted is None else f"{predicted:.6g}"})
     header = (*[c for c in table.header if c != PREDICTION_COLUMN], PREDICTION_COLUMN)
     text = format_table(header, out_rows)
@@ -125,7 +125,7 @@ def run_predict(args: argparse.Namespace) -> int:
 
 
 def _points(model: PerfModel, table: Table) -> list[PointError]:
-    predicted = model.predict_many([r.query for r in table.rows])
+    predicted = model.predict_many([r.query for r in table.rows], [r.fwd_time_s for r in table.rows])
     points = []
     for row, pred in zip(table.rows, predicted, strict=True):
         assert row.iter_time_s is not None  # parsed with require_time

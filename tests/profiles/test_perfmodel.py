@@ -315,3 +315,59 @@ def test_the_bundled_samples_fit_to_a_few_per_cent():
     model = fit_perfmodel([r.measurement() for r in table.rows])
     assert len(table.rows) == 34 and model.rmsle is not None and model.rmsle < 0.05
     assert all(math.isfinite(f.rate) for f in model.models.values())
+
+
+# -- profiled forward times ------------------------------------------------------------
+
+
+def test_a_profiled_forward_time_replaces_the_rate_based_estimate():
+    q = make_query(GPT2, 16, 16, ExecPlan(tp=8, pp=2), nodes=2)
+    estimated = iteration_breakdown(q, PARAMS, RATE, ENV)
+    given = iteration_breakdown(q, PARAMS, RATE, ENV, fwd_time_s=0.3)
+    assert given.t_fwd == 0.3 and given.t_bwd == pytest.approx(PARAMS.k_bwd * 0.3)
+    # Communication and the optimizer step do not depend on the forward time.
+    assert (given.t_comm_tp, given.t_comm_pp, given.t_opt) == (
+        estimated.t_comm_tp,
+        estimated.t_comm_pp,
+        estimated.t_opt,
+    )
+    assert given.total != estimated.total
+    with pytest.raises(InputError, match="forward time"):
+        iteration_breakdown(q, PARAMS, RATE, ENV, fwd_time_s=-1.0)
+
+
+def test_the_fit_calibrates_the_rate_on_measured_forward_times():
+    # The iteration times say nothing about the rate here (every sample gives its forward
+    # time as input); the forward times alone pin it down.
+    samples = []
+    for m in synthetic(BERT):
+        truth = iteration_breakdown(m.query, TRUE_PARAMS["bert"], TRUE_RATES["bert"], ENV)
+        samples.append(replace(m, fwd_time_s=truth.t_fwd))
+    options = FitOptions(
+        k_bwd_prior_weight=0.0, pooling=1e-4, rate_pooling=1e-4, fwd_weight=1.0, fwd_as_input=True
+    )
+    model = fit_perfmodel(samples, options)
+    fitted = model.model_fit("bert")
+    assert fitted is not None and fitted.rate == pytest.approx(TRUE_RATES["bert"], rel=0.02)
+    assert fitted.params.k_bwd == pytest.approx(2.5, rel=0.02)
+
+
+def test_a_forward_time_must_be_below_the_iteration_time():
+    q = make_query(BERT, 2, 32, DP)
+    with pytest.raises(InputError, match="fwd_time_s"):
+        Measurement(q, 0.3, "file.csv:2", fwd_time_s=0.4)
+    header = "model,params_m,global_batch,seq_len,hidden,layers,gpus,iter_time_s,fwd_time_s\n"
+    with pytest.raises(InputError, match=r"x\.csv:2: column 'fwd_time_s'"):
+        parse_table(header + "bert,336,32,512,1024,24,2,0.3,0.5\n", "x.csv", require_time=True)
+    row = parse_table(header + "bert,336,32,512,1024,24,2,0.3,0.1\n", "x.csv", require_time=True).rows[0]
+    assert row.fwd_time_s == 0.1 and row.measurement().fwd_time_s == 0.1
+
+
+def test_the_bundled_files_carry_profiled_forward_times():
+    samples = parse_table((DATA / "samples.csv").read_text(), "samples.csv", require_time=True).rows
+    validation = parse_table((DATA / "validation.csv").read_text(), "validation.csv", require_time=True).rows
+    # Every sample but t5's row 2 (a 4 ms forward, left out as implausible).
+    assert sum(r.fwd_time_s is None for r in samples) == 1
+    # Validation: exactly the 3D configurations, each with its own profiled forward time.
+    assert all((r.fwd_time_s is not None) == (r.query.plan.tp * r.query.plan.pp > 1) for r in validation)
+    assert sum(r.fwd_time_s is not None for r in validation) == 31

@@ -3,7 +3,10 @@
 Fits ``profiles.perfmodel`` on ``profiles/builtin/data/rubick/samples.csv`` only (34 rows)
 and compares its predictions with the 99 measured points of ``validation.csv``, as
 Rubick's Table 2 does: average and maximum relative error overall, per model and per
-plan, and the worst point. Morphling's own predictions (``rubick_pred_s``) get the same
+plan, and the worst point, three ways: (a) with every point's ``fwd_time_s`` (the
+forward time the artifact's validate scripts feed the model, as Morphling's own
+predictions use), (b) with it for the 3D TP/PP points only, (c) with none (forward time
+from the fitted compute rate). Morphling's own predictions (``rubick_pred_s``) get the same
 table for comparison. Also reported: the same fit with other sharing choices
 (``FitOptions.pooled``), the error on the data-parallel family and on the 3D points
 separately, and a leave-one-out error on the samples (which never looks at
@@ -36,12 +39,27 @@ VARIANTS: dict[str, FitOptions] = {
 }
 
 
-def points(model: Any, rows: list[Row], rubick: bool = False, forwards: bool = False) -> list[PointError]:
-    """Per-point errors; ``forwards``: feed the rows' profiled ``fwd_time_s`` (3D rows)."""
+FORWARDS = ("all", "3d", "none")
+
+
+def forward_inputs(rows: list[Row], forwards: str) -> list[float | None]:
+    """The rows' ``fwd_time_s`` to feed: ``all``, only the 3D TP/PP rows' (``3d``), or ``none``."""
+    if forwards not in FORWARDS:
+        raise ValueError(f"forwards must be one of {FORWARDS}, got {forwards!r}")
+    return [
+        r.fwd_time_s
+        if forwards == "all" or (forwards == "3d" and r.query.plan.tp * r.query.plan.pp > 1)
+        else None
+        for r in rows
+    ]
+
+
+def points(model: Any, rows: list[Row], rubick: bool = False, forwards: str = "none") -> list[PointError]:
+    """Per-point errors; ``forwards`` as in :func:`forward_inputs`."""
     predicted = (
         [float(r.cells["rubick_pred_s"]) for r in rows]
         if rubick
-        else model.predict_many([r.query for r in rows], [r.fwd_time_s for r in rows] if forwards else None)
+        else model.predict_many([r.query for r in rows], forward_inputs(rows, forwards))
     )
     out = []
     for row, pred in zip(rows, predicted, strict=True):
@@ -78,12 +96,16 @@ def main() -> None:
     started = time.perf_counter()
     model = fit_perfmodel([r.measurement() for r in samples])
     fit_s = time.perf_counter() - started
+    every = accuracy(points(model, validation, forwards="all"))
+    given = accuracy(points(model, validation, forwards="3d"))
     ours = accuracy(points(model, validation))
-    given = accuracy(points(model, validation, forwards=True))
     rubick = accuracy(points(model, validation, rubick=True))
-    print(format_accuracy(ours))
-    print("\nWith the profiled forward times of the 3D configurations (validation.csv fwd_time_s):")
+    print("(a) With every point's forward input as the artifact's scripts feed it (fwd_time_s):")
+    print(format_accuracy(every))
+    print("\n(b) With the profiled forward times of the 3D configurations only:")
     print(format_accuracy(given))
+    print("\n(c) Without any measured forward time (fitted compute rate):")
+    print(format_accuracy(ours))
     print("\nMorphling's own predictions (rubick_pred_s):")
     print(format_accuracy(rubick))
 
@@ -97,16 +119,21 @@ def main() -> None:
         "3D TP/PP (31), profiled forward given": accuracy(
             [p for p, three in zip(given.points, is_3d, strict=True) if three]
         ),
+        "data-parallel family (68), scripts' forward given": accuracy(
+            [p for p, three in zip(every.points, is_3d, strict=True) if not three]
+        ),
     }
     variants = {}
     for name, options in VARIANTS.items():
         fitted = fit_perfmodel([r.measurement() for r in samples], options)
         result = accuracy(points(fitted, validation)).to_json()
-        with_forward = accuracy(points(fitted, validation, forwards=True)).to_json()
+        with_forward = accuracy(points(fitted, validation, forwards="3d")).to_json()
+        with_all = accuracy(points(fitted, validation, forwards="all")).to_json()
         variants[name] = {
             "pooled": list(options.pooled),
             "overall": result["overall"],
             "overall_with_profiled_3d_forward": with_forward["overall"],
+            "overall_with_every_forward": with_all["overall"],
             "per_model": result["per_model"],
             "samples_rmsle": fitted.rmsle,
             "samples_leave_one_out": leave_one_out(samples, options),
@@ -127,6 +154,7 @@ def main() -> None:
             "rates_tflops": {k: round(f.rate / 1e12, 2) for k, f in model.models.items()},
             "mosaic": ours.to_json(),
             "mosaic_with_profiled_3d_forward": given.to_json(),
+            "mosaic_with_every_forward": every.to_json(),
             "rubick": rubick.to_json(),
             "subsets": {k: v.to_json()["overall"] for k, v in subsets.items()},
             "variants": variants,
@@ -138,11 +166,13 @@ def main() -> None:
                     "measured_s": p.measured_s,
                     "predicted_s": round(p.predicted_s, 6),
                     "predicted_with_forward_s": round(g.predicted_s, 6),
+                    "predicted_with_every_forward_s": round(e.predicted_s, 6),
+                    "error_with_every_forward_pct": round(100 * e.error, 3),
                     "rubick_s": r.predicted_s,
                     "error_pct": round(100 * p.error, 3),
                     "rubick_error_pct": round(100 * r.error, 3),
                 }
-                for p, g, r in zip(ours.points, given.points, rubick.points, strict=True)
+                for p, g, e, r in zip(ours.points, given.points, every.points, rubick.points, strict=True)
             ],
         },
     )

@@ -215,6 +215,24 @@ def rescale(plan: ExecPlan, workers: int, where: str = "plan") -> ExecPlan:
     )
 
 
+def replan(plan: ExecPlan, workers: int, global_batch: int | None = None, where: str = "plan") -> ExecPlan:
+    """The same plan on another number of workers, the global batch kept (a resize).
+
+    A resolved plan is :func:`rescale`-d; otherwise ``dp`` is dropped and the plan resolved
+    for ``workers``, and if its ``micro_batch``/``grad_accum`` no longer divide the per-worker
+    share they are derived again. Raises :class:`PlanError` when no plan runs there (``tp x
+    pp`` does not divide the workers, or the global batch does not split over them).
+    """
+    if plan.is_resolved:
+        return rescale(plan, workers, where)
+    try:
+        return resolve(replace(plan, dp=None), workers, global_batch, where)
+    except PlanError:
+        return resolve(
+            replace(plan, dp=None, micro_batch=None, grad_accum=None), workers, global_batch, where
+        )
+
+
 def check_transition(old: ExecPlan, new: ExecPlan, where: str = "plan change") -> None:
     """Reject a change of plan that would change the training itself (its global batch)."""
     if old.global_batch is not None and new.global_batch is not None and old.global_batch != new.global_batch:

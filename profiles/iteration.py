@@ -169,19 +169,24 @@ class IterationModels:
             self._memo[key] = fit_iteration_model(samples) if len(samples) >= _MIN_POINTS else None
         return self._memo[key]
 
+    def borrowed(self, profile: Profile, gpu_type: str) -> IterationModel | None:
+        """The model on ``gpu_type``, else on another measured type (newest first): a type
+        without measurements borrows the curve's shape, as the co-location estimates do
+        (generations change absolute speed more than these ratios)."""
+        for t in dict.fromkeys((gpu_type, *_OTHER_GPU_TYPES)):
+            fitted = self.model(profile, t)
+            if fitted is not None:
+                return fitted
+        return None
+
     def accumulation_slowdown(
         self, profile: Profile, gpu_type: str, batch: float | None, num_gpus: int, nodes: int, steps: int
     ) -> float:
         """How much longer an update takes with ``steps`` accumulation steps (1.0 without a model)."""
         if steps == 1 or batch is None:
             return 1.0
-        # A GPU type without measurements borrows the ratio of another (newest first), as
-        # the co-location estimates do: generations change speed more than this ratio.
-        for t in dict.fromkeys((gpu_type, *_OTHER_GPU_TYPES)):
-            fitted = self.model(profile, t)
-            if fitted is not None:
-                return fitted.accumulation_slowdown(batch, num_gpus, nodes, steps)
-        return 1.0
+        fitted = self.borrowed(profile, gpu_type)
+        return 1.0 if fitted is None else fitted.accumulation_slowdown(batch, num_gpus, nodes, steps)
 
 
 # -- gradient accumulation in an execution plan ------------------------------------------

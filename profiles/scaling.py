@@ -15,8 +15,6 @@ from __future__ import annotations
 from profiles.iteration import IterationModels
 from profiles.store import ProfileStore
 
-_OTHER_GPU_TYPES = ("v100", "p100", "k80")
-
 
 class ScalingModel:
     """Relative throughput of a job at a GPU count (memoised fits; pure)."""
@@ -32,11 +30,9 @@ class ScalingModel:
         if gpus < 1:
             return 0.0
         if global_batch is not None and global_batch >= gpus:
-            profile = self.store.resolve(model)
-            for t in dict.fromkeys((gpu_type, *_OTHER_GPU_TYPES)):
-                fitted = self.models.model(profile, t)
-                if fitted is not None:
-                    return global_batch / fitted.iteration_s(global_batch / gpus, gpus, nodes)
+            fitted = self.models.borrowed(self.store.resolve(model), gpu_type)
+            if fitted is not None:
+                return global_batch / fitted.iteration_s(global_batch / gpus, gpus, nodes)
         return float(gpus)
 
     def speedup(

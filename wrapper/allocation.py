@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from planner.errors import InputError
-from planner.execplan import PlanError, plan_from_mapping, plan_to_mapping, resolve
+from planner.execplan import PlanError, plan_to_mapping, replan
 from planner.hostlist import expand_hostlist
 from planner.model import Assignment
 from wrapper.plandoc import JobPlan
@@ -98,12 +98,7 @@ def adapt(job_plan: JobPlan, alloc: SlurmAllocation, global_batch: int | None) -
     cpus = (alloc.cpus_per_node or 0) * len(alloc.nodes) or job_plan.assignment.cpus
     mem_gb = (alloc.mem_mb_per_node or 0) * len(alloc.nodes) / 1024 or job_plan.assignment.mem_gb
     where = f"job {job_plan.job_id}: plan version {job_plan.version} on {alloc.describe()}"
-    mapping = {k: v for k, v in plan_to_mapping(job_plan.exec_plan).items() if k != "dp"}
-    try:
-        plan = resolve(plan_from_mapping(mapping, where), len(gpus), global_batch, where)
-    except PlanError:
-        split = {k: v for k, v in mapping.items() if k not in {"micro_batch", "grad_accum"}}
-        plan = resolve(plan_from_mapping(split, where), len(gpus), global_batch, where)
+    plan = replan(job_plan.exec_plan, len(gpus), global_batch, where)
     assignment = replace(
         job_plan.assignment, gpus=gpus, cpus=cpus, mem_gb=mem_gb, plan=plan_to_mapping(plan) or None
     )

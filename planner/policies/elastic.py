@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
-from planner.execplan import PlanError, plan_from_mapping, plan_to_mapping, rescale, resolve
+from planner.execplan import PlanError, plan_from_mapping, plan_to_mapping, replan
 from planner.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
 from planner.policies.common import options_reader
 from planner.policies.shaping import proportional_share
@@ -266,16 +266,6 @@ def _plan_on(job: Job, mapping: Mapping[str, Any] | None, gpus: int) -> dict[str
         return None
     where = f"job {job.id}: plan"
     try:
-        plan = plan_from_mapping(mapping, where)
-        if plan.is_resolved:
-            return plan_to_mapping(rescale(plan, gpus, where)) or None
-        fresh = plan_from_mapping({k: v for k, v in (mapping or {}).items() if k != "dp"}, where)
-        try:
-            return plan_to_mapping(resolve(fresh, gpus, job.batch_size, where)) or None
-        except PlanError:  # a micro-batch that no longer divides: derive it again
-            split = {k: v for k, v in (mapping or {}).items() if k not in {"dp", "micro_batch", "grad_accum"}}
-            return (
-                plan_to_mapping(resolve(plan_from_mapping(split, where), gpus, job.batch_size, where)) or None
-            )
+        return plan_to_mapping(replan(plan_from_mapping(mapping, where), gpus, job.batch_size, where)) or None
     except PlanError:
         return _NO_PLAN

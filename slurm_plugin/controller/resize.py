@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from planner.codec import assignment_to_json
 from planner.errors import InputError
-from planner.execplan import plan_from_mapping, plan_to_mapping, rescale, resolve
+from planner.execplan import plan_from_mapping, plan_to_mapping, replan, resolve
 from planner.model import Assignment, Job, JobState, Snapshot
 from planner.policies.shaping import proportional_share
 from slurm_plugin.controller.actuate import Actuator
@@ -110,10 +110,7 @@ def _plan_for(
         return plan_to_mapping(resolve(plan_from_mapping(plan, where), gpus, batch, where)) or None
     if job.assignment.plan is None:
         return None  # runs as submitted: mosaic-run resolves its plan for the GPUs it gets
-    current = plan_from_mapping(job.assignment.plan, where)
-    if current.is_resolved:
-        return plan_to_mapping(rescale(current, gpus, where)) or None
-    return plan_to_mapping(resolve(replace(current, dp=None), gpus, batch, where)) or None
+    return plan_to_mapping(replan(plan_from_mapping(job.assignment.plan, where), gpus, batch, where)) or None
 
 
 def _running_job(obs: Observation, job_id: str) -> Job:

@@ -134,3 +134,19 @@ def test_rescaling_never_changes_the_global_batch(plan, dp):
 @given(resolved_plans())
 def test_every_resolved_plan_round_trips_through_json(plan):
     assert plan_from_mapping(plan_to_mapping(plan)) == plan
+
+
+def test_replan_keeps_the_global_batch_on_another_worker_count():
+    from planner.execplan import replan
+
+    resolved = resolve(plan_from_mapping({"micro_batch": 4}), 2, 16)
+    assert plan_to_mapping(replan(resolved, 4)) == {
+        "dp": 4,
+        "micro_batch": 4,
+        "grad_accum": 1,
+        "global_batch": 16,
+    }
+    # Unresolved, with a micro-batch that no longer divides the share: derived again.
+    assert replan(plan_from_mapping({"micro_batch": 8}), 4, 16).micro_batch == 4
+    with pytest.raises(PlanError, match="tp 2"):
+        replan(plan_from_mapping({"tp": 2}), 3, 16)

@@ -7,9 +7,15 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from slurm_plugin.testcluster.lifecycle import Cluster
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -98,3 +104,29 @@ def busy_snapshot(nodes: Any, n_jobs: int, first_round: str = "fifo") -> Any:
             )
         )
     return Snapshot(7200.0, tuple(nodes), tuple(later))
+
+
+@contextmanager
+def local_cluster(shape: str = "homogeneous") -> Iterator[tuple[Cluster, Path]]:
+    """A private local Slurm test cluster (root) in a temporary directory, and that directory."""
+    from slurm_plugin.testcluster import lifecycle
+    from slurm_plugin.testcluster.shapes import shape_named
+
+    with tempfile.TemporaryDirectory(prefix="mosaic-bench-") as tmp:
+        root = Path(tmp)
+        cluster = lifecycle.up(shape_named(shape), root / "cluster")
+        try:
+            yield cluster, root
+        finally:
+            lifecycle.down(root / "cluster")
+
+
+def wait_until(predicate: Callable[[], Any], what: str, timeout_s: float = 60.0) -> Any:
+    """Poll ``predicate`` every 0.05 s until it returns something true; return it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise TimeoutError(f"benchmark step did not finish: {what}")

@@ -16,11 +16,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import write_result
+from benchmarks.common import local_cluster, wait_until, write_result
 from planner.codec import assignment_from_json
 from planner.config import build_scheduler, preset
 from slurm_plugin import planfile
@@ -32,20 +31,14 @@ from slurm_plugin.slurm.backend import CliSlurm
 from slurm_plugin.store import Store
 from slurm_plugin.submit import submit
 from slurm_plugin.testcluster import lifecycle
-from slurm_plugin.testcluster.shapes import shape_named
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="mosaic-bench-") as tmp:
-        root = Path(tmp)
-        cluster = lifecycle.up(shape_named("homogeneous"), root / "cluster")
-        try:
-            result = bench(cluster, root, args.repeat)
-        finally:
-            lifecycle.down(root / "cluster")
+    with local_cluster() as (cluster, root):
+        result = bench(cluster, root, args.repeat)
     write_result("live_relaunch", result)
 
 
@@ -70,7 +63,7 @@ def bench(cluster: lifecycle.Cluster, root: Path, repeat: int) -> dict:
     store = Store(config.store_path)
     controller = Controller(client, store, config, build_scheduler(preset("fifo")))
     controller.tick()
-    _wait(lambda: len(_starts(config.spool_dir, job_id)) >= 1)
+    wait_until(lambda: len(_starts(config.spool_dir, job_id)) >= 1, "the first start")
     runs = []
     for k in range(repeat):
         time.sleep(2.0)  # the emulator is up and has its handler
@@ -86,7 +79,7 @@ def bench(cluster: lifecycle.Cluster, root: Path, repeat: int) -> dict:
         result = Actuator(client, store, config).apply(obs, actions, round_id)
         apply_s = time.perf_counter() - t0
         store.finish_round(round_id, len(result.done))
-        _wait(lambda b=before: len(_starts(config.spool_dir, job_id)) > b)
+        wait_until(lambda b=before: len(_starts(config.spool_dir, job_id)) > b, "the relaunch")
         relaunch_s = time.perf_counter() - t0
         env = _starts(config.spool_dir, job_id)[-1]["env"]
         assert env["SLURMD_NODENAME"] == node and len(env["CUDA_VISIBLE_DEVICES"].split(",")) == gpus
@@ -102,15 +95,6 @@ def bench(cluster: lifecycle.Cluster, root: Path, repeat: int) -> dict:
         "target_s": 10.0,
         "note": "includes the emulated job's Python start-up before its first heartbeat",
     }
-
-
-def _wait(predicate, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise TimeoutError("benchmark step did not finish")
 
 
 if __name__ == "__main__":

@@ -20,11 +20,10 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import write_result
+from benchmarks.common import local_cluster, wait_until, write_result
 from planner.config import build_scheduler, preset
 from slurm_plugin import planfile
 from slurm_plugin.controller.config import ControllerConfig
@@ -35,7 +34,6 @@ from slurm_plugin.slurm.runner import run
 from slurm_plugin.store import Store
 from slurm_plugin.submit import submit
 from slurm_plugin.testcluster import lifecycle
-from slurm_plugin.testcluster.shapes import shape_named
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,13 +42,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=4)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="mosaic-bench-") as tmp:
-        root = Path(tmp)
-        cluster = lifecycle.up(shape_named("homogeneous"), root / "cluster")
-        try:
-            result = bench(cluster, root, args.repeat)
-        finally:
-            lifecycle.down(root / "cluster")
+    with local_cluster() as (cluster, root):
+        result = bench(cluster, root, args.repeat)
     write_result("live_resize", result)
 
 
@@ -75,8 +68,12 @@ def bench(cluster: lifecycle.Cluster, root: Path, repeat: int) -> dict:
     )
     store = Store(config.store_path)
     Controller(client, store, config, build_scheduler(preset("fifo"))).tick()
-    _wait(
-        lambda: any(r.get("event") == "heartbeat" for r in planfile.read_heartbeats(config.spool_dir, job_id))
+    wait_until(
+        lambda: any(
+            r.get("event") == "heartbeat" for r in planfile.read_heartbeats(config.spool_dir, job_id)
+        ),
+        "the first step",
+        180.0,
     )
     runs = []
     try:
@@ -96,7 +93,7 @@ def bench(cluster: lifecycle.Cluster, root: Path, repeat: int) -> dict:
                     planfile.read_heartbeats(config.spool_dir, job_id),
                 )
 
-            t = _wait(timeline)
+            t = wait_until(timeline, f"the first step on {gpus} GPUs", 180.0)
             assert t.world_size == gpus, t
             runs.append(
                 {
@@ -121,16 +118,6 @@ def bench(cluster: lifecycle.Cluster, root: Path, repeat: int) -> dict:
         "job": "contrib/examples/job.sh (torch DDP, gloo, CPU), resized 2 <-> 4 GPUs by mosaic resize",
         "note": "startup_s includes importing torch and the gloo rendezvous of every rank on 2 shared cores",
     }
-
-
-def _wait(predicate, timeout_s: float = 180.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise TimeoutError("benchmark step did not finish")
 
 
 if __name__ == "__main__":

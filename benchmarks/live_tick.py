@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import write_result
+from benchmarks.common import local_cluster, write_result
 from planner.config import build_scheduler, preset
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.loop import Controller
@@ -23,7 +22,6 @@ from slurm_plugin.slurm.backend import CliSlurm
 from slurm_plugin.slurm.runner import run
 from slurm_plugin.store import Store
 from slurm_plugin.testcluster import lifecycle
-from slurm_plugin.testcluster.shapes import shape_named
 
 
 def main() -> None:
@@ -32,13 +30,8 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=5)
     parser.add_argument("--preset", default="tiresias")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="mosaic-bench-") as tmp:
-        root = Path(tmp)
-        cluster = lifecycle.up(shape_named("homogeneous"), root / "cluster")
-        try:
-            result = bench(cluster, root, args.jobs, args.ticks, args.preset)
-        finally:
-            lifecycle.down(root / "cluster")
+    with local_cluster() as (cluster, root):
+        result = bench(cluster, root, args.jobs, args.ticks, args.preset)
     write_result("live_tick", result)
 
 

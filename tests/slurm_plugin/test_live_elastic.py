@@ -22,7 +22,7 @@ import pytest
 from planner.execplan import plan_from_mapping
 from slurm_plugin import planfile
 from tests.slurm_plugin.live_helpers import config_for, controller, jobs, submit_job, wait_for, write_script
-from tests.wrapper.jobs import losses
+from tests.wrapper.jobs import losses, uninterrupted_losses
 
 pytest.importorskip("torch", reason="torch is not installed (extra 'torch')")
 
@@ -103,26 +103,13 @@ def test_the_controller_shrinks_a_running_torch_job_and_grows_it_back(live, tmp_
     sizes = [r["world_size"] for r in records]
     runs = [s for k, s in enumerate(sizes) if k == 0 or sizes[k - 1] != s]
     assert runs == [4, 2, 4], sizes
-    reference = _reference(tmp_path)
+    reference = uninterrupted_losses(tmp_path, STEPS)
     for r in records:
         assert math.isclose(r["loss"], reference[r["step"]], rel_tol=TOLERANCE), (r, reference[r["step"]])
 
 
 def _running(config) -> set[str]:
     return {j for j, sj in jobs(config).items() if sj.state in {"RUNNING", "PENDING", "COMPLETING"}}
-
-
-def _reference(tmp_path: Path) -> dict[int, float]:
-    log = tmp_path / "reference.jsonl"
-    done = subprocess.run(
-        [str(BIN / "mosaic-run"), "--framework", "torch", "--launcher", "local", "--workers", "1",
-         "--global-batch", "16", "--plan", '{"micro_batch": 4}', "--checkpoint-dir", str(tmp_path / "ref"),
-         "--", sys.executable, str(TRAIN), "--steps", str(STEPS), "--loss-log", str(log)],
-        env={**os.environ, "MOSAIC_SPOOL": str(tmp_path / "refspool")},
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return {r["step"]: r["loss"] for r in losses(log)}
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from slurm_plugin import planfile
 from slurm_plugin.cli.main import main
 from slurm_plugin.controller.resize import relaunch_timeline
 from tests.slurm_plugin.live_helpers import config_for, controller, jobs, wait_for
-from tests.wrapper.jobs import losses
+from tests.wrapper.jobs import losses, uninterrupted_losses
 
 pytest.importorskip("torch", reason="torch is not installed (extra 'torch')")
 
@@ -114,17 +114,7 @@ def _run(live, config, common, job_id, work, out, spool, capsys):
     )
     assert timeline is not None and timeline.world_size == 4 and timeline.total_s < 120, timeline
 
-    reference_log = work / "reference.jsonl"
-    ref = subprocess.run(
-        [str(BIN / "mosaic-run"), "--framework", "torch", "--launcher", "local", "--workers", "1",
-         "--global-batch", "16", "--plan", '{"micro_batch": 4}', "--checkpoint-dir", str(work / "ref"),
-         "--", sys.executable, str(ROOT / "contrib" / "examples" / "train_torch.py"),
-         "--steps", str(STEPS), "--loss-log", str(reference_log)],
-        env={**os.environ, "MOSAIC_SPOOL": str(work / "refspool")},
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert ref.returncode == 0, ref.stderr
-    reference = {r["step"]: r["loss"] for r in losses(reference_log)}
+    reference = uninterrupted_losses(work, STEPS)
     for r in records:
         assert math.isclose(r["loss"], reference[r["step"]], rel_tol=TOLERANCE), (r, reference[r["step"]])
 

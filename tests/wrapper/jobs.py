@@ -35,3 +35,23 @@ def run_mosaic_run(argv, env, log, spool, job_id, signal_after=None, progress_s=
         raise
     marker = status.read_marker(status.status_dir(spool, job_id) / status.CHECKPOINT_MARKER)
     return proc.returncode, err, marker
+
+
+def uninterrupted_losses(
+    directory: Path, steps: int, global_batch: int = 16, plan: str = '{"micro_batch": 4}'
+) -> dict[int, float]:
+    """Loss per step of the example (``contrib/examples/train_torch.py``) run once, never
+    stopped, on 1 local rank under mosaic-run: the curve a resharded run must reproduce."""
+    import os
+    import sys
+
+    train = Path(__file__).resolve().parents[2] / "contrib" / "examples" / "train_torch.py"
+    log = directory / "reference.jsonl"
+    argv = [str(Path(sys.executable).parent / "mosaic-run"), "--framework", "torch", "--launcher", "local",
+            "--workers", "1", "--global-batch", str(global_batch), "--plan", plan,
+            "--checkpoint-dir", str(directory / "ref"),
+            "--", sys.executable, str(train), "--steps", str(steps), "--loss-log", str(log)]  # fmt: skip
+    env = {**os.environ, "MOSAIC_SPOOL": str(directory / "refspool")}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return {r["step"]: r["loss"] for r in losses(log)}

@@ -14,7 +14,6 @@ as in ``test_resharding.py``).
 Skipped, with the reason, where the test cluster cannot run (not root, Slurm not installed).
 """
 
-import json
 import math
 import os
 import subprocess
@@ -27,7 +26,7 @@ import pytest
 from planner.model import Assignment
 from slurm_plugin import planfile
 from slurm_plugin.controller.actuate import credential_wait_s
-from tests.wrapper.jobs import losses
+from tests.wrapper.jobs import losses, uninterrupted_losses
 from wrapper import status
 
 pytest.importorskip("torch", reason="torch is not installed (extra 'torch')")
@@ -152,15 +151,6 @@ def _run_and_check(cluster, job, tmp_path, spool, log, out):
     assert [r["step"] for r in records] == list(range(1, STEPS + 1))
     assert [r["world_size"] for r in records] == [2] * stopped + [4] * (STEPS - stopped)
 
-    reference_log = tmp_path / "reference.jsonl"
-    ref = subprocess.run(
-        [str(BIN / "mosaic-run"), "--framework", "torch", "--launcher", "local", "--workers", "1",
-         "--global-batch", "16", "--plan", json.dumps(PLAN), "--checkpoint-dir", str(tmp_path / "ref"),
-         "--", sys.executable, str(TRAIN), "--steps", str(STEPS), "--loss-log", str(reference_log)],
-        env={**os.environ, "PYTHONPATH": str(ROOT), "MOSAIC_SPOOL": str(tmp_path / "refspool")},
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert ref.returncode == 0, ref.stderr
-    reference = {r["step"]: r["loss"] for r in losses(reference_log)}
+    reference = uninterrupted_losses(tmp_path, STEPS)
     for r in records:
         assert math.isclose(r["loss"], reference[r["step"]], rel_tol=TOLERANCE), (r, reference[r["step"]])

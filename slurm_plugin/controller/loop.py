@@ -31,12 +31,17 @@ from slurm_plugin.controller.observe import (
     job_gpus,
 )
 from slurm_plugin.controller.rounddiff import Action, describe, diff
+from slurm_plugin.controller.roundlock import RoundBusy, round_lock
 from slurm_plugin.slurm.backend import SlurmClient
 from slurm_plugin.slurm.parse import SlurmJob
 from slurm_plugin.slurm.runner import SlurmError
 from slurm_plugin.store import JobRecord, Store
 
 log = logging.getLogger(__name__)
+
+# How long a tick waits for a round another process is applying (``mosaic resize``, whose
+# start verification alone takes up to a few seconds) before it skips this round.
+TICK_LOCK_WAIT_S = 30.0
 
 
 @dataclass
@@ -181,7 +186,11 @@ class Controller:
         now = self.clock()
         self._round_in_progress = None
         try:
-            report = self._tick(now, dry_run)
+            with round_lock(self.config.spool_dir, TICK_LOCK_WAIT_S):
+                report = self._tick(now, dry_run)
+        except RoundBusy as e:
+            log.warning("tick at %.0f skipped: %s", now, e)
+            report = TickReport(now, ok=False, error=str(e))
         except SlurmError as e:
             round_id = self._in_progress()
             if round_id is None:

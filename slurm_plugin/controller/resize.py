@@ -32,8 +32,13 @@ from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.loop import Observer
 from slurm_plugin.controller.observe import OUTSIDE_PREFIX, Observation
 from slurm_plugin.controller.rounddiff import Action, Kind, describe, request_id
+from slurm_plugin.controller.roundlock import RoundBusy, round_lock
 from slurm_plugin.slurm.backend import SlurmClient
 from slurm_plugin.store import Store
+
+# How long a resize waits for the controller's tick in progress (a busy tick with thousands
+# of queued jobs takes seconds) before it gives up without touching the job.
+RESIZE_LOCK_WAIT_S = 60.0
 
 
 class ResizeError(InputError):
@@ -198,8 +203,33 @@ def apply_resize(
 
     The new GPU count is recorded as the job's request before anything is stopped, so the
     controller keeps it (and completes the round after a crash); if the start fails the old
-    request is put back and the controller starts the job again as it was.
+    request is put back and the controller starts the job again as it was. The resize holds
+    the spool's round lock from its observation to its last action, so a controller tick
+    never acts on the same jobs in between (it waits, or skips its round).
     """
+    kwargs: dict[str, Any] = {"cpus": cpus, "mem_gb": mem_gb, "plan": plan, "clock": clock}
+    if dry_run:
+        return _resize(client, store, config, job_id, gpus, dry_run=True, **kwargs)
+    try:
+        with round_lock(config.spool_dir, RESIZE_LOCK_WAIT_S):
+            return _resize(client, store, config, job_id, gpus, dry_run=False, **kwargs)
+    except RoundBusy as e:
+        raise ResizeError(f"job '{job_id}': not resized: {e}") from None
+
+
+def _resize(
+    client: SlurmClient,
+    store: Store,
+    config: ControllerConfig,
+    job_id: str,
+    gpus: int,
+    *,
+    cpus: int | None,
+    mem_gb: float | None,
+    plan: Mapping[str, Any] | None,
+    dry_run: bool,
+    clock: Callable[[], float],
+) -> dict[str, Any]:
     obs = Observer(client, store, config, clock).observe()
     resize = resize_target(obs, job_id, gpus, cpus, mem_gb, plan)
     report: dict[str, Any] = {

@@ -14,6 +14,16 @@ table):
     [scheduler.options.policy]   # options of the tiresias ordering
     queue_thresholds_gpu_s = [3600, 36000]
     promote_knob = 8
+
+Tenants and their GPU quotas (Rubick §5.1, AntMan: a tenant's guaranteed jobs are served first
+while their demands fit its quota) are ``[[tenants]]`` tables, at the top of the config file or
+as ``[[scheduler.tenants]]``:
+
+.. code-block:: toml
+
+    [[tenants]]
+    name = "vision"
+    gpu_quota = 64
 """
 
 from __future__ import annotations
@@ -32,7 +42,16 @@ from planner.stages import MIGRATIONS, ORDERINGS, PACKINGS, PLACEMENTS, RECONFIG
 from profiles.store import ProfileStore
 
 T = TypeVar("T")
+TENANT_KEYS = ("name", "gpu_quota")
 STAGES = ("policy", "placement", "packing", "shaping", "reconfiguration", "migration")
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """A tenant and its GPU quota: what its guaranteed jobs may hold as guaranteed."""
+
+    name: str
+    gpu_quota: int
 
 
 @dataclass(frozen=True)
@@ -51,6 +70,8 @@ class SchedulerConfig:
     # When the published system plans: every round, or also at each arrival and completion
     # (SJF-BSBF and SJF-FFS are event-driven, §V). A simulation uses it unless told otherwise.
     trigger: str = "round"
+    # Tenants with GPU quotas (``[[tenants]]``); the rubick and antman orderings read them.
+    tenants: tuple[Tenant, ...] = ()
 
     def with_overrides(self, **changes: Any) -> SchedulerConfig:
         """Apply the non-``None`` overrides (``preemptive`` may be set to either bool)."""
@@ -120,6 +141,44 @@ PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(
         # Synergy §5.7: big-data multi-resource schedulers fed Synergy's best-case demands.
         "drf": SchedulerConfig(name="drf", policy="fifo", shaping="drf"),
         "tetris": SchedulerConfig(name="tetris", policy="fifo", shaping="tetris"),
+        # Rubick §5 (planner/policies/rubick/): privileged guaranteed jobs of a tenant within its
+        # quota first, then by resource-sensitivity slope; the reconfiguration stage shrinks the
+        # lowest-slope jobs, grows, and picks each job's best execution plan and CPUs.
+        "rubick": SchedulerConfig(name="rubick", policy="rubick", reconfiguration="rubick"),
+        # Rubick §7.1's variants: plans only (E), resources only (R), neither (N).
+        "rubick-e": SchedulerConfig(
+            name="rubick-e",
+            policy="rubick",
+            reconfiguration="rubick",
+            options={"reconfiguration": {"resources": False}},
+        ),
+        "rubick-r": SchedulerConfig(
+            name="rubick-r",
+            policy="rubick",
+            reconfiguration="rubick",
+            options={"policy": {"plans": False}, "reconfiguration": {"plans": False}},
+        ),
+        "rubick-n": SchedulerConfig(
+            name="rubick-n",
+            policy="rubick",
+            reconfiguration="rubick",
+            options={"policy": {"plans": False}, "reconfiguration": {"plans": False, "resources": False}},
+        ),
+        # Sia-like (Rubick §7.1's baseline): each job's GPU count scaled by the fitted throughput
+        # of its own (data-parallel) plan, no plan search, no CPU tuning, no guarantees; with
+        # the global batch fixed, goodput is throughput.
+        "sia": SchedulerConfig(
+            name="sia",
+            policy="rubick",
+            reconfiguration="rubick",
+            options={
+                "policy": {"plans": False, "guarantees": False},
+                "reconfiguration": {"plans": False, "cpus": False, "guarantees": False},
+            },
+        ),
+        # AntMan (Rubick §7.1's multi-tenant baseline): guaranteed jobs within their tenant's
+        # quota of requested GPUs first, best-effort jobs opportunistically, preempted first.
+        "antman": SchedulerConfig(name="antman", policy="antman"),
     }
 )
 
@@ -141,6 +200,7 @@ _SCHEDULER_KEYS = (
     "reconfiguration",
     "migration",
     "options",
+    "tenants",
 )
 
 
@@ -168,7 +228,29 @@ def config_from_mapping(table: Any, source: str = "[scheduler]") -> SchedulerCon
         reconfiguration=_optional_stage(f, "reconfiguration", base.reconfiguration),
         migration=_optional_stage(f, "migration", base.migration),
         options=options,
+        tenants=tenants_from_list(f.req_list("tenants"), f"{source}: tenants")
+        if f.has("tenants")
+        else base.tenants,
     )
+
+
+def tenants_from_list(items: Any, where: str = "tenants") -> tuple[Tenant, ...]:
+    """Read ``[[tenants]]`` tables: each a unique non-empty ``name`` and a ``gpu_quota`` >= 0."""
+    if not isinstance(items, list):
+        raise ConfigError(f"{where}: expected a list of tables ([[tenants]]), got {type(items).__name__}")
+    out: list[Tenant] = []
+    seen: set[str] = set()
+    for k, item in enumerate(items):
+        f = Fields(item, f"{where}[{k}]", ConfigError)
+        f.only(TENANT_KEYS)
+        name = f.req_str("name").strip()
+        if not name:
+            f.fail_key("name", "must not be empty")
+        if name in seen:
+            f.fail_key("name", f"tenant {name!r} is listed twice")
+        seen.add(name)
+        out.append(Tenant(name, f.req_int("gpu_quota", minimum=0)))
+    return tuple(out)
 
 
 def _optional_stage(f: Fields, key: str, default: str | None) -> str | None:
@@ -193,7 +275,12 @@ def build_scheduler(
     """
     if not 0.0 <= profile_noise <= 1.0:
         raise ConfigError(f"profile noise must be in [0, 1], got {profile_noise}")
-    context = StageContext(profiles or ProfileStore.builtin(), profile_noise, seed)
+    context = StageContext(
+        profiles or ProfileStore.builtin(),
+        profile_noise,
+        seed,
+        {t.name: t.gpu_quota for t in config.tenants},
+    )
 
     def create(registry: Registry[T], stage: str, name: str | None) -> T | None:
         if name is None:

@@ -10,7 +10,7 @@ registry rejects a duplicate name and answers a typo with the list of known name
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from planner.errors import ConfigError
@@ -23,11 +23,13 @@ class StageContext:
 
     ``profile_noise`` and ``seed`` perturb what stages *believe* about throughputs
     (Tesserae §7.2's profiling-error study); the simulator's true speeds are unaffected.
+    ``tenants`` maps a tenant's name to its GPU quota (the configuration's ``[[tenants]]``).
     """
 
     profiles: ProfileStore
     profile_noise: float = 0.0
     seed: int = 0
+    tenants: Mapping[str, int] = field(default_factory=dict)
 
 
 T = TypeVar("T")

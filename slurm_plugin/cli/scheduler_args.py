@@ -61,6 +61,8 @@ def scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
         if not isinstance(raw, dict):
             raise ConfigError(f"{args.config}: [scheduler] must be a table")
         table = dict(raw)
+        if "tenants" in document and "tenants" not in table:
+            table["tenants"] = document["tenants"]  # top-level [[tenants]]
     if args.scheduler is not None:
         table["preset"] = args.scheduler
     elif "preset" not in table and args.default_preset is not None:

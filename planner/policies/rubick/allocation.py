@@ -1,0 +1,508 @@
+"""Rubick's joint allocation (§5.2, Algorithm 1 ``ScheduleJob``): GPUs, CPUs and plan together.
+
+The ``rubick`` reconfiguration stage, after placement and shaping (contract in
+:class:`planner.stages.Reconfiguration`). The ``rubick`` ordering put the privileged
+guaranteed jobs first, starving jobs next, then the rest by slope; the placement admitted what
+fits at the requested counts. This stage then, with ``resources`` on:
+
+1. **Admits** each still-waiting job in that order (Algorithm 1 lines 2-6): an elastic one at
+   the largest count in ``[floor, num_gpus]`` that fits free GPUs (consolidated) and, for a
+   privileged guaranteed job, whose best plan still reaches its target; the floor is ``minRes``
+   for a privileged guaranteed job (the fewest GPUs whose best plan matches the submitted plan
+   on the requested GPUs, §5.2) and ``min_gpus`` otherwise. If nothing fits, it **shrinks** jobs
+   on one node (lines 10-22): GetLowestSlopeOverMinJob picks the elastic job on the node with
+   the lowest slope that is above its own floor, and a step down is taken while "(1) the job to
+   shrink has a slope lower than the job to schedule, ... or (2) the job to schedule has yet to
+   reach its minimum demand" (§5.2), until the job's floor fits.
+2. **Grows** placed elastic jobs, highest slope first (SortBySlope over the running jobs),
+   into free GPUs on their own nodes, one valid count at a time, while the step's throughput
+   gain exceeds ``min_gain``.
+3. **Plans and CPUs** (GetBestPlan, lines 28-30): every job whose plan space is more than its
+   own plan (see :func:`.curves.job_curve`) gets the best plan for the GPUs it holds; an elastic
+   single-node job may also take CPUs beyond its GPU-proportional share from its node's unused
+   CPUs (2x or 4x per GPU) when that raises its throughput by more than ``min_gain`` (ZeRO-Offload
+   runs its optimizer on the CPU); memory follows the GPUs (proportional share).
+
+A running job is only *reconfigured* (grown, shrunk for another job's gain, given another plan
+or other CPUs) when its restart does not eat the gain: Rubick "considers to reconfigure a job
+only if the value of (T - N·δ)/T exceeds a threshold", ``T`` the job's training time so far,
+``N`` its reconfigurations (the new one included), ``δ`` its checkpoint-resume cost
+(``restart_cost_s``), the threshold 0.97 (§5.3, "Incorporating reconfiguration penalty"). A
+shrink that a privileged job needs to reach its minimum (case 2) is exempt: the guarantee wins.
+
+With ``resources`` off (Rubick-E) only step 3's plan choice runs, on the draft's resources;
+with ``plans`` off (Rubick-R, Sia) every job keeps its plan, rescaled to its GPU count.
+A rigid job is never resized and keeps its CPUs; its plan may change only among its
+``candidate_plans``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from planner.execplan import PlanError, plan_from_mapping, plan_to_mapping, replan
+from planner.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
+from planner.policies.common import options_reader
+from planner.policies.rubick.curves import CurveBook, JobCurve, Point, job_curve
+from planner.policies.rubick.policy import neutral_slope, privileged, quotas_of, rubick_usage, shared_book
+from planner.policies.shaping import proportional_share
+from planner.registry import StageContext
+from planner.stages import RECONFIGURATIONS, Draft
+
+_NEVER = frozenset({Outcome.INFEASIBLE, Outcome.NO_GPU_TYPE})
+THRESHOLD = 0.97  # §5.3
+_CPU_FACTORS = (1, 2, 4)
+
+
+def may_reconfigure(job: Job, restart_cost_s: float, threshold: float = THRESHOLD) -> bool:
+    """Rubick §5.3's rule for a running job: ``(T - N·δ) / T > threshold``.
+
+    ``T`` is the job's training time so far (its attained GPU-seconds over its GPUs), ``N`` its
+    restarts counting the one this reconfiguration would add. A job that is not running costs
+    nothing to (re)configure.
+    """
+    if not job.is_running or job.assignment is None:
+        return True
+    trained = job.attained_gpu_s / max(1, job.assignment.num_gpus)
+    if trained <= 0:
+        return False
+    return (trained - (job.restarts + 1) * restart_cost_s) / trained > threshold
+
+
+class _Free:
+    """Free GPUs per node while the stage works (local, mutable)."""
+
+    def __init__(self, snapshot: Snapshot, assignments: Mapping[str, Assignment]) -> None:
+        taken = {slot for a in assignments.values() for slot in a.gpus}
+        self.gpus = {n.name: [k for k in range(n.gpus) if (n.name, k) not in taken] for n in snapshot.nodes}
+
+    def take(self, slots: Sequence[GpuSlot]) -> None:
+        taken = set(slots)
+        for name in {name for name, _ in slots}:
+            self.gpus[name] = [k for k in self.gpus[name] if (name, k) not in taken]
+
+    def give(self, slots: Sequence[GpuSlot]) -> None:
+        for name, k in slots:
+            self.gpus[name] = sorted([*self.gpus[name], k])
+
+
+@RECONFIGURATIONS.register("rubick")
+@dataclass(frozen=True)
+class RubickAllocation:
+    """Options: ``plans`` (true), ``resources`` (true), ``cpus`` (true: CPUs beyond the GPU share),
+    ``guarantees`` (true), ``min_gain`` (0.05), ``restart_cost_s`` (δ, 30), ``threshold`` (0.97)."""
+
+    book: CurveBook = field(repr=False)
+    quotas: Mapping[str, int] = field(default_factory=dict)
+    plans: bool = True
+    resources: bool = True
+    cpus: bool = True
+    guarantees: bool = True
+    min_gain: float = 0.05
+    restart_cost_s: float = 30.0
+    threshold: float = THRESHOLD
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
+        keys = ["plans", "resources", "cpus", "guarantees", "min_gain", "restart_cost_s", "threshold"]
+        f = options_reader(options, "rubick allocation", keys)
+        gain = f.opt_float("min_gain")
+        cost = f.opt_float("restart_cost_s")
+        threshold = f.opt_float("threshold")
+        if gain is not None and gain < 0:
+            f.fail_key("min_gain", f"must be >= 0, got {gain}")
+        if cost is not None and cost < 0:
+            f.fail_key("restart_cost_s", f"must be >= 0, got {cost}")
+        if threshold is not None and not 0 <= threshold < 1:
+            f.fail_key("threshold", f"must be in [0, 1), got {threshold}")
+        return cls(
+            shared_book(),
+            quotas_of(context),
+            f.flag("plans", True),
+            f.flag("resources", True),
+            f.flag("cpus", True),
+            f.flag("guarantees", True),
+            0.05 if gain is None else gain,
+            30.0 if cost is None else cost,
+            THRESHOLD if threshold is None else threshold,
+        )
+
+    def _may(self, job: Job) -> bool:
+        return may_reconfigure(job, self.restart_cost_s, self.threshold)
+
+    def reconfigure(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft:
+        shapes: dict[tuple[str, ...], tuple[int, float]] = {}
+        curves = {j.id: job_curve(self.book, j, snapshot, self.plans, shapes) for j in ordered}
+        if all(c is None for c in curves.values()) and not any(j.elastic for j in ordered):
+            return draft
+        work = _Work(self, snapshot, ordered, draft, curves)
+        if self.resources:
+            work.admit_waiting()
+            work.grow()
+        work.settle()
+        return work.result()
+
+
+class _Work:
+    """One round of the stage (local, mutable)."""
+
+    def __init__(
+        self,
+        stage: RubickAllocation,
+        snapshot: Snapshot,
+        ordered: Sequence[Job],
+        draft: Draft,
+        curves: Mapping[str, JobCurve | None],
+    ) -> None:
+        self.stage = stage
+        self.snapshot = snapshot
+        self.ordered = ordered
+        self.jobs = {j.id: j for j in ordered}
+        self.rank = {j.id: k for k, j in enumerate(ordered)}
+        self.curves = curves
+        self.assignments = dict(draft.assignments)
+        self.outcomes = dict(draft.outcomes)
+        self.free = _Free(snapshot, self.assignments)
+        self.changed: set[str] = set()  # GPUs differ from the draft's
+        self.privileged = (
+            privileged(ordered, stage.quotas, rubick_usage(curves)) if stage.guarantees else set()
+        )
+        self.floor = {j.id: self._floor(j) for j in ordered}
+
+    # -- demands ----------------------------------------------------------------------
+    def _floor(self, job: Job) -> int:
+        """The fewest GPUs the job may hold: minRes for a privileged job, else its minimum."""
+        low = job.gpu_range[0]
+        curve = self.curves[job.id]
+        if job.id in self.privileged and curve is not None:
+            return max(low, curve.min_gpus(low))
+        return low
+
+    def _meets(self, job: Job, point: Point | None) -> bool:
+        """A privileged job's plan reaches its target (every other job: any feasible plan)."""
+        curve = self.curves[job.id]
+        if curve is None:
+            return True
+        if point is None:
+            return False
+        if job.id in self.privileged and curve.target is not None:
+            return point.throughput >= curve.target * (1 - 1e-9)
+        return True
+
+    def _slope(self, job: Job, gpus: int) -> float:
+        curve = self.curves[job.id]
+        return neutral_slope(job) if curve is None else curve.gpu_slope(gpus)
+
+    def _counts(self, job: Job, high: int, low: int) -> list[int]:
+        """Counts in ``[low, high]`` (largest first) with a feasible plan (any count if unpriced)."""
+        curve = self.curves[job.id]
+        counts = list(range(high, low - 1, -1))
+        if curve is None:
+            return [g for g in counts if _own_plan(job, g) is not None]
+        return [g for g in counts if curve.best(g) is not None]
+
+    # -- step 1: admission ------------------------------------------------------------
+    def admit_waiting(self) -> None:
+        waiting = [
+            j for j in self.ordered if j.id not in self.assignments and self.outcomes.get(j.id) not in _NEVER
+        ]
+        waiting.sort(key=lambda j: (j.id not in self.privileged, self.rank[j.id]))
+        for job in waiting:
+            floor = self.floor[job.id]
+            counts = self._counts(job, job.num_gpus, floor) if job.elastic else [job.num_gpus]
+            slots = None
+            for count in counts:
+                slots = self._fit(job, count)
+                if slots is not None:
+                    break
+            if slots is None and counts:
+                slots = self._make_room(job, counts[-1])
+            if slots is None:
+                continue
+            self.free.take(slots)
+            plan = job.assignment.plan if job.assignment is not None else job.plan
+            self.assignments[job.id] = Assignment(slots, 0, 0.0, plan)
+            self.outcomes[job.id] = Outcome.PLACED
+            self.changed.add(job.id)
+
+    def _fit(self, job: Job, count: int) -> tuple[GpuSlot, ...] | None:
+        slots = _consolidated(self.snapshot, job, count, self.free)
+        if slots is None:
+            return None
+        curve = self.curves[job.id]
+        if curve is not None and not self._meets(job, curve.best(count, len({n for n, _ in slots}))):
+            return None
+        return slots
+
+    def _make_room(self, job: Job, need: int) -> tuple[GpuSlot, ...] | None:
+        """Shrink the lowest-slope jobs above their floor on one node until ``need`` GPUs are free
+        (Algorithm 1 lines 10-22); ``None`` (nothing changed) if no node can make room."""
+        below_min = job.id in self.privileged
+        gain = self._slope(job, need)
+        for node in self.snapshot.nodes:
+            if not job.accepts_type(node.gpu_type) or node.gpus < need:
+                continue
+            curve = self.curves[job.id]
+            if curve is not None and not self._meets(job, curve.best(need, 1)):
+                continue
+            cuts = self._cuts_on(node, job, need, gain, below_min)
+            if cuts is None:
+                continue
+            for donor, target in cuts:
+                a = self.assignments[donor]
+                self.free.give(a.gpus[target:])
+                self.assignments[donor] = Assignment(a.gpus[:target], a.cpus, a.mem_gb, a.plan, a.shares_with)
+                self.changed.add(donor)
+            return tuple((node.name, k) for k in self.free.gpus[node.name][:need])
+        return None
+
+    def _cuts_on(
+        self, node: Node, job: Job, need: int, gain: float, below_min: bool
+    ) -> list[tuple[str, int]] | None:
+        current: dict[str, int] = {}
+        for j, a in self.assignments.items():
+            donor = self.jobs.get(j)
+            if donor is None or not donor.elastic or a.nodes != (node.name,) or a.shares_with:
+                continue
+            if self.curves[j] is None or (j in self.privileged and not below_min):
+                continue  # a privileged job gives GPUs only to another job's guarantee
+            current[j] = a.num_gpus
+        spare = len(self.free.gpus[node.name])
+        while spare < need:
+            # GetLowestSlopeOverMinJob: the lowest slope of a next step down, above the floor.
+            best: tuple[float, int, str, int] | None = None
+            for j, g in current.items():
+                donor = self.jobs[j]
+                lower = self._counts(donor, g - 1, self.floor[j])
+                if j in self.privileged:  # never below its own target
+                    curve = self.curves[j]
+                    assert curve is not None
+                    lower = [c for c in lower if self._meets(donor, curve.best(c, 1))]
+                if not lower:
+                    continue
+                slope = self._slope(donor, g)
+                key = (slope, -self.rank[j], j, lower[0])
+                if best is None or key < best:
+                    best = key
+            if best is None:
+                return None
+            slope, _, donor_id, target = best
+            if not (slope < gain or below_min):
+                return None
+            if not below_min and not self.stage._may(self.jobs[donor_id]):
+                return None
+            spare += current[donor_id] - target
+            current[donor_id] = target
+        return [(j, g) for j, g in current.items() if g != self.assignments[j].num_gpus]
+
+    # -- step 2: growth -----------------------------------------------------------------
+    def grow(self) -> None:
+        placed = [
+            j
+            for j in self.ordered
+            if j.elastic and j.id in self.assignments and self.curves[j.id] is not None
+        ]
+
+        def key(job: Job) -> tuple[float, int]:
+            a = self.assignments[job.id]
+            return (-self._next_slope(job, a.num_gpus), self.rank[job.id])
+
+        for job in sorted(placed, key=key):
+            if job.id not in self.changed and not self.stage._may(job):
+                continue
+            grown = self._grow(job, self.assignments[job.id])
+            if grown is not None:
+                self.assignments[job.id] = grown
+                self.changed.add(job.id)
+
+    def _next_slope(self, job: Job, gpus: int) -> float:
+        curve = self.curves[job.id]
+        assert curve is not None
+        here = curve.throughput(gpus)
+        for g in range(gpus + 1, job.gpu_range[1] + 1):
+            there = curve.throughput(g)
+            if there > here:
+                return (there - here) / (g - gpus) / curve.reference
+        return 0.0
+
+    def _grow(self, job: Job, a: Assignment) -> Assignment | None:
+        per_node = dict(a.per_node)
+        nodes = a.nodes
+        if len(set(per_node.values())) != 1:
+            return None
+        curve = self.curves[job.id]
+        assert curve is not None
+        have = per_node[nodes[0]]
+        room = min(len(self.free.gpus[n]) for n in nodes)
+        best = a.num_gpus
+        best_tput = curve.best(best, len(nodes))
+        current = best_tput.throughput if best_tput is not None else 0.0
+        for count in range(a.num_gpus + 1, job.gpu_range[1] + 1):
+            if count % len(nodes) or count // len(nodes) - have > room:
+                continue
+            p = curve.best(count, len(nodes))
+            if p is None:
+                continue
+            if p.throughput > current * (1 + self.stage.min_gain):
+                best, current = count, p.throughput
+        if best == a.num_gpus:
+            return None
+        extra = best // len(nodes) - have
+        added = tuple((n, k) for n in nodes for k in self.free.gpus[n][:extra])
+        self.free.take(added)
+        return Assignment(tuple(sorted(a.gpus + added)), a.cpus, a.mem_gb, a.plan, a.shares_with)
+
+    # -- step 3: plans, CPUs, memory ------------------------------------------------------
+    def settle(self) -> None:
+        nodes = self.snapshot.nodes_by_name
+        fixed: list[str] = []
+        flexible: list[str] = []
+        for job_id, a in self.assignments.items():
+            job = self.jobs.get(job_id)
+            if job is None or a.shares_with:
+                continue  # GPU sharing (packing) decided these resources
+            if job.elastic or job_id in self.changed:
+                flexible.append(job_id)
+            elif self.curves[job_id] is not None:
+                fixed.append(job_id)  # rigid: plan among its candidates, resources as drafted
+        for job_id in fixed:
+            self._choose_plan(self.jobs[job_id])
+        if not flexible:
+            return
+        left = {n.name: float(n.cpus) for n in self.snapshot.nodes}
+        flex = set(flexible)
+        for job_id, a in self.assignments.items():
+            if job_id not in flex:
+                for name, cpus, _ in a.node_shares():
+                    left[name] -= cpus
+        base: dict[str, tuple[int, float]] = {}
+        for job_id in flexible:
+            a = self.assignments[job_id]
+            cpus, mem = proportional_share(nodes, a)
+            base[job_id] = (max(1, cpus), mem)
+            for name, share, _ in Assignment(a.gpus, base[job_id][0], mem).node_shares():
+                left[name] -= share
+        for job_id in flexible:
+            self._choose(self.jobs[job_id], base[job_id], left)
+
+    def _choose_plan(self, job: Job) -> None:
+        """A rigid job's best plan among its own and its candidates, on the drafted resources."""
+        curve = self.curves[job.id]
+        a = self.assignments[job.id]
+        if curve is None or curve.space == curve.own:
+            return
+        cpus = a.cpus / a.num_gpus if a.cpus else curve.cpus_per_gpu
+        point = curve.best(a.num_gpus, len(a.nodes), cpus)
+        if point is None:
+            return
+        self.assignments[job.id] = self._keep_or(job, a, point, a.cpus, cpus)
+
+    def _choose(self, job: Job, share: tuple[int, float], left: dict[str, float]) -> None:
+        a = self.assignments[job.id]
+        cpus, mem = share
+        curve = self.curves[job.id]
+        if curve is None:
+            self.assignments[job.id] = Assignment(a.gpus, cpus, mem, _rescaled(job, a), a.shares_with)
+            return
+        nodes = len(a.nodes)
+        per_gpu = cpus / a.num_gpus
+        best = curve.best(a.num_gpus, nodes, per_gpu)
+        total = cpus
+        if job.elastic and self.stage.cpus and self.stage.resources and nodes == 1 and best is not None:
+            node = a.nodes[0]
+            for factor in _CPU_FACTORS[1:]:
+                extra = cpus * factor - cpus
+                if extra > left[node]:
+                    break
+                more = curve.best(a.num_gpus, 1, per_gpu * factor)
+                if more is not None and more.throughput > best.throughput * (1 + self.stage.min_gain):
+                    best, total = more, cpus * factor
+            left[node] -= total - cpus
+        if best is None:
+            self.assignments[job.id] = Assignment(a.gpus, cpus, mem, _rescaled(job, a), a.shares_with)
+            return
+        chosen = Assignment(a.gpus, total, mem, plan_to_mapping(best.plan), a.shares_with)
+        self.assignments[job.id] = self._keep_or(job, chosen, best, total, total / a.num_gpus)
+
+    def _keep_or(self, job: Job, a: Assignment, point: Point, cpus: int, per_gpu: float) -> Assignment:
+        """``a`` with ``point``'s plan, unless the job runs on these GPUs already and the change
+        gains too little or its restart would eat the gain (§5.3): then as it runs."""
+        new = Assignment(a.gpus, cpus, a.mem_gb, plan_to_mapping(point.plan), a.shares_with)
+        old = job.assignment
+        if not job.is_running or old is None or old.gpus != a.gpus or job.id in self.changed:
+            return new
+        curve = self.curves[job.id]
+        assert curve is not None
+        current = _price(curve, job, old)
+        if current is not None and _same_plan(old, point, job) and old.cpus == cpus:
+            return Assignment(a.gpus, old.cpus, a.mem_gb, old.plan, a.shares_with)
+        if current is None or (
+            point.throughput > current * (1 + self.stage.min_gain) and self.stage._may(job)
+        ):
+            return new
+        return Assignment(a.gpus, old.cpus if old.cpus <= cpus else cpus, a.mem_gb, old.plan, a.shares_with)
+
+    def result(self) -> Draft:
+        ids = [j.id for j in self.ordered if j.id in self.assignments]
+        return Draft({j: self.assignments[j] for j in ids}, self.outcomes)
+
+
+def _price(curve: JobCurve, job: Job, a: Assignment) -> float | None:
+    """Throughput of ``job`` as it runs (its plan on its GPUs, nodes and CPUs)."""
+    plan = _own_plan(job, a.num_gpus, a.plan)
+    if plan is None:
+        return None
+    per_gpu = a.cpus / a.num_gpus if a.cpus else curve.cpus_per_gpu
+    times = curve.book.pricer.iteration_times(
+        curve.model,
+        [(replan(plan_from_mapping(plan), a.num_gpus, curve.batch), len(a.nodes), per_gpu)],
+    )
+    return None if times[0] is None else curve.batch / times[0]
+
+
+def _same_plan(old: Assignment, point: Point, job: Job) -> bool:
+    plan = _own_plan(job, old.num_gpus, old.plan)
+    return plan is not None and plan == plan_to_mapping(point.plan)
+
+
+def _rescaled(job: Job, a: Assignment) -> Mapping[str, Any] | None:
+    """The assignment's plan made for its GPU count (as it is when that cannot be done)."""
+    plan = _own_plan(job, a.num_gpus, a.plan)
+    return a.plan if plan is None else (plan or None)
+
+
+def _own_plan(job: Job, gpus: int, mapping: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """The job's plan (``mapping``, else its submitted one) resolved for ``gpus`` GPUs with its
+    global batch; ``None`` when impossible; ``{}`` when nothing is known to resolve."""
+    source = mapping if mapping is not None else job.plan
+    if source is None and job.batch_size is None:
+        return {}
+    try:
+        return plan_to_mapping(replan(plan_from_mapping(source, f"job {job.id}: plan"), gpus, job.batch_size))
+    except PlanError:
+        return None
+
+
+def _consolidated(snapshot: Snapshot, job: Job, count: int, free: _Free) -> tuple[GpuSlot, ...] | None:
+    """``count`` free GPUs on one node (best fit), else the fewest nodes of one type, equal counts."""
+    nodes = [n for n in snapshot.nodes if job.accepts_type(n.gpu_type)]
+    fits = sorted((len(free.gpus[n.name]), n.name) for n in nodes if len(free.gpus[n.name]) >= count)
+    if fits:
+        name = fits[0][1]
+        return tuple((name, k) for k in free.gpus[name][:count])
+    for spread in range(2, len(nodes) + 1):
+        if count % spread:
+            continue
+        per = count // spread
+        by_type: dict[str, list[tuple[int, str]]] = {}
+        for n in nodes:
+            if len(free.gpus[n.name]) >= per:
+                by_type.setdefault(n.gpu_type, []).append((len(free.gpus[n.name]), n.name))
+        for gpu_type in sorted(by_type):
+            group = sorted(by_type[gpu_type])
+            if len(group) >= spread:
+                chosen = sorted(name for _, name in group[:spread])
+                return tuple((name, k) for name in chosen for k in free.gpus[name][:per])
+    return None

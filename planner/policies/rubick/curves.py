@@ -1,0 +1,242 @@
+"""Resource sensitivity curves (Rubick §5.2): each job's best plan and throughput per resource amount.
+
+"Such a curve depicts the performance variation of a job when scaling a certain type of
+resource (with other types fixed) ... by only choosing the best plan and the performance for
+each resource amount" (§5.2, Fig. 6). :class:`CurveBook` answers, for a job's model, global
+batch and plan space, the best plan and its throughput (samples per second) at ``g`` GPUs on
+``n`` nodes with ``c`` CPUs per GPU, from the plan pricer (``profiles.plan_pricing``: Rubick's
+fitted performance model plus the memory check). Answers are memoised: "the curves can be
+computed ... prior to the scheduling, and then cached for reuse" (§5.2).
+
+:class:`JobCurve` is one job's view: its plan space (the plans it lets the scheduler choose,
+see :func:`job_curve`), the layout of ``g`` GPUs on its nodes, its reference throughput (the
+submitted plan on the requested GPUs: what a guaranteed job is promised, §5.1) and the slopes
+(throughput change per GPU or per CPU, normalised by the reference so that jobs of different
+models compare).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from planner.execplan import ExecPlan, PlanError, plan_from_mapping, replan
+from planner.model import Job, Snapshot
+from planner.policies.rubick.plans import candidate_plans
+from profiles.plan_pricing import PlanPricer
+
+FrozenPlan = tuple[tuple[str, Any], ...]
+Space = tuple[str, tuple[FrozenPlan, ...]]
+"""A plan space: ``("search", ())`` (every candidate of :mod:`.plans`) or ``("given", plans)``."""
+SEARCH: Space = ("search", ())
+
+
+def given(*plans: Mapping[str, Any] | None) -> Space:
+    """The space of the listed plans (``None``: the default plan), duplicates dropped, order kept."""
+    seen: list[FrozenPlan] = []
+    for p in plans:
+        frozen = tuple(sorted((p or {}).items()))
+        if frozen not in seen:
+            seen.append(frozen)
+    return ("given", tuple(seen))
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """The best plan at one resource amount and its predicted throughput (samples/s)."""
+
+    gpus: int
+    nodes: int
+    cpus_per_gpu: float
+    plan: ExecPlan
+    throughput: float
+
+
+class CurveBook:
+    """Memoised best plans (module docstring). The pricer is made on first use."""
+
+    def __init__(self, pricer: Callable[[], PlanPricer]) -> None:
+        self._make = pricer
+        self._pricer: PlanPricer | None = None
+        self._best: dict[tuple[Any, ...], Point | None] = {}
+        self._plans: dict[tuple[Any, ...], list[ExecPlan]] = {}
+
+    @property
+    def pricer(self) -> PlanPricer:
+        if self._pricer is None:
+            self._pricer = self._make()
+        return self._pricer
+
+    def knows(self, model: str) -> bool:
+        return self.pricer.model(model) is not None
+
+    def best(self, model: str, batch: int, space: Space, gpus: int, nodes: int, cpus: float) -> Point | None:
+        """The fastest feasible plan of ``space`` on ``gpus`` GPUs over ``nodes`` nodes; ties: first."""
+        key = (model, batch, space, gpus, nodes, cpus)
+        if key in self._best:
+            return self._best[key]
+        plans = self.plans(model, batch, space, gpus, gpus // nodes)
+        times = self.pricer.iteration_times(model, [(p, nodes, cpus) for p in plans])
+        best: Point | None = None
+        for plan, t in zip(plans, times, strict=True):
+            if t is not None and (best is None or batch / t > best.throughput):
+                best = Point(gpus, nodes, cpus, plan, batch / t)
+        self._best[key] = best
+        return best
+
+    def plans(self, model: str, batch: int, space: Space, gpus: int, gpus_per_node: int) -> list[ExecPlan]:
+        key = (model, batch, space, gpus, gpus_per_node)
+        cached = self._plans.get(key)
+        if cached is not None:
+            return cached
+        if space[0] == "search":
+            info = self.pricer.model(model)
+            assert info is not None
+            plans = candidate_plans(
+                gpus,
+                batch,
+                gpus_per_node=gpus_per_node,
+                hidden=info.shape.hidden,
+                layers=info.shape.layers,
+                params=info.shape.params,
+            )
+        else:
+            plans = []
+            for frozen in space[1]:
+                try:
+                    plans.append(replan(plan_from_mapping(dict(frozen)), gpus, batch))
+                except PlanError:
+                    continue  # this plan cannot run on ``gpus`` GPUs
+        self._plans[key] = plans
+        return plans
+
+
+def layout(gpus: int, gpus_per_node: int) -> int | None:
+    """Nodes ``gpus`` GPUs take when consolidated (equal counts per node); ``None``: no such layout."""
+    if gpus <= gpus_per_node:
+        return 1
+    nodes = math.ceil(gpus / gpus_per_node)
+    return nodes if gpus % nodes == 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class JobCurve:
+    """One job's sensitivity curves (module docstring)."""
+
+    book: CurveBook
+    model: str
+    batch: int
+    space: Space
+    own: Space
+    gpus_per_node: int
+    cpus_per_gpu: float
+    requested: int
+    target: float | None
+    """Throughput of the submitted plan on the requested GPUs; ``None``: it does not fit memory."""
+
+    def best(self, gpus: int, nodes: int | None = None, cpus: float | None = None) -> Point | None:
+        nodes = layout(gpus, self.gpus_per_node) if nodes is None else nodes
+        if nodes is None or gpus < 1:
+            return None
+        c = self.cpus_per_gpu if cpus is None else cpus
+        return self.book.best(self.model, self.batch, self.space, gpus, nodes, c)
+
+    def own_at(self, gpus: int, nodes: int | None = None, cpus: float | None = None) -> Point | None:
+        """The submitted plan (rescaled to ``gpus``), not the best one."""
+        nodes = layout(gpus, self.gpus_per_node) if nodes is None else nodes
+        if nodes is None:
+            return None
+        c = self.cpus_per_gpu if cpus is None else cpus
+        return self.book.best(self.model, self.batch, self.own, gpus, nodes, c)
+
+    def throughput(self, gpus: int) -> float:
+        p = self.best(gpus)
+        return 0.0 if p is None else p.throughput
+
+    @property
+    def reference(self) -> float:
+        """What throughputs are normalised by: the target, else the best on the requested GPUs."""
+        if self.target is not None:
+            return self.target
+        return self.throughput(self.requested) or 1.0
+
+    def gpu_slope(self, gpus: int) -> float:
+        """Normalised throughput gained per GPU by the last step up to ``gpus`` (from the largest
+        count below it with a feasible plan, or from nothing)."""
+        here = self.throughput(gpus)
+        below = next((g for g in range(gpus - 1, 0, -1) if self.best(g) is not None), 0)
+        there = self.throughput(below) if below else 0.0
+        return (here - there) / (gpus - below) / self.reference
+
+    def cpu_slope(self, gpus: int) -> float:
+        """Normalised throughput gained per extra CPU when the CPUs per GPU double."""
+        base = self.best(gpus)
+        more = self.best(gpus, cpus=2 * self.cpus_per_gpu)
+        if base is None or more is None:
+            return 0.0
+        return (more.throughput - base.throughput) / (gpus * self.cpus_per_gpu) / self.reference
+
+    def min_gpus(self, low: int) -> int:
+        """Rubick's ``minRes`` in GPUs (§5.2): the fewest GPUs in ``[low, requested]`` whose best plan
+        reaches the target; the requested count when none does (or the target is unknown)."""
+        if self.target is None:
+            return self.requested
+        for g in range(low, self.requested + 1):
+            p = self.best(g)
+            if p is not None and p.throughput >= self.target * (1 - 1e-9):
+                return g
+        return self.requested
+
+
+def node_shape(
+    snapshot: Snapshot, types: tuple[str, ...], shapes: dict[tuple[str, ...], tuple[int, float]] | None = None
+) -> tuple[int, float]:
+    """GPUs per node and CPUs per GPU of the largest node of one of ``types`` (empty: any)."""
+    if shapes is not None and types in shapes:
+        return shapes[types]
+    best: tuple[int, float] = (1, 1.0)
+    found = False
+    for node in snapshot.nodes:
+        if (not types or node.gpu_type in types) and (not found or node.gpus > best[0]):
+            best, found = (node.gpus, max(1.0, float(node.cpus // max(1, node.gpus)))), True
+    if shapes is not None:
+        shapes[types] = best
+    return best
+
+
+def job_curve(
+    book: CurveBook,
+    job: Job,
+    snapshot: Snapshot,
+    search_plans: bool,
+    shapes: dict[tuple[str, ...], tuple[int, float]] | None = None,
+) -> JobCurve | None:
+    """The job's curves, or ``None`` when the pricer cannot price it (unknown model or batch).
+
+    The plan space, with ``search_plans``: the job's ``candidate_plans`` (and its own plan) when
+    it lists some; otherwise, for an elastic job, every candidate of :mod:`.plans` (Rubick's
+    search); a rigid job without candidates keeps its own plan (the stage contract). Without
+    ``search_plans`` every job keeps its own plan, rescaled to its GPU count.
+    """
+    plan = job.assignment.plan if job.assignment is not None and job.assignment.plan else job.plan
+    batch = job.batch_size
+    if plan is not None and isinstance(plan.get("global_batch"), int):
+        batch = int(plan["global_batch"])
+    if batch is None or not book.knows(job.model):
+        return None
+    submitted = given(job.plan)
+    if not search_plans:
+        space = given(plan)
+    elif job.candidate_plans:
+        space = given(job.plan, *job.candidate_plans)
+    elif job.elastic:
+        space = SEARCH
+    else:
+        space = given(plan)
+    gpn, cpus = node_shape(snapshot, job.accepted_types, shapes)
+    curve = JobCurve(book, job.model, batch, space, submitted, gpn, cpus, job.num_gpus, None)
+    own = curve.own_at(job.num_gpus)
+    target = None if own is None else own.throughput
+    return JobCurve(book, job.model, batch, space, submitted, gpn, cpus, job.num_gpus, target)

@@ -1,0 +1,161 @@
+"""Rubick's scheduling policy, the ordering half (§5.1-5.2, Algorithm 1 lines 1-6), and AntMan's.
+
+Algorithm 1's ``Schedule`` first serves the *privileged* jobs: "the guaranteed jobs whose
+resource demands are within the tenant's remaining quota", a job's quota usage being its
+minimum demand ``minRes`` (§5.2); then "SortBySlope(jobs.bestEffort ∪ jobs.running)": the other
+jobs, highest resource-sensitivity slope first, comparing "the slopes of GPUs and then CPUs".
+"To prevent job starvation ... best-effort jobs get scheduled occasionally when the queuing
+delay exceeds a threshold" (§5.2): a job waiting longer than ``starvation_s`` goes right after
+the privileged ones.
+
+The ``rubick`` ordering expresses that order for the pipeline; the placement then admits jobs
+in it, preempting the lowest-ranked running jobs first (best-effort ones: privileged jobs rank
+above every other job), and the ``rubick`` reconfiguration stage (:mod:`.allocation`) does the
+slope-driven shrinking, growing and plan choice. A job's slope is taken at the GPU count it
+asked for (the gain of its last requested GPU), so the order does not depend on what a job
+happens to hold and re-planning an applied plan changes nothing.
+
+``antman`` (AntMan, OSDI'20, as Rubick §7 compares with it): guaranteed jobs within their
+tenant's quota of *requested* GPUs first (a resource, not a performance, guarantee), then
+best-effort jobs opportunistically in arrival order; they are preempted first.
+
+Tenants and quotas come from the scheduler configuration's ``[[tenants]]`` (``planner.config``).
+A guaranteed job of a tenant without a quota is scheduled as best-effort.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, ClassVar, Self
+
+from planner.model import Job, Snapshot
+from planner.policies.common import arrival_key, options_reader
+from planner.policies.rubick.curves import CurveBook, JobCurve, job_curve
+from planner.registry import StageContext
+from planner.stages import ORDERINGS
+from profiles.plan_pricing import builtin_pricer
+
+DEFAULT_STARVATION_S = 3600.0
+
+
+@lru_cache(maxsize=1)
+def shared_book() -> CurveBook:
+    """One memo of best plans per process (answers depend only on their arguments)."""
+    return CurveBook(builtin_pricer)
+
+
+def quotas_of(context: StageContext) -> Mapping[str, int]:
+    return dict(context.tenants)
+
+
+def privileged(jobs: Iterable[Job], quotas: Mapping[str, int], usage: Callable[[Job], int]) -> set[str]:
+    """Guaranteed jobs whose ``usage`` fits their tenant's remaining quota (Algorithm 1 line 2).
+
+    Running jobs are counted first (their guarantee holds "throughout their execution"), then
+    waiting ones in arrival order; a job that does not fit is skipped and later, smaller ones
+    may still fit.
+    """
+    used: dict[str, int] = {}
+    out: set[str] = set()
+    candidates = [j for j in jobs if j.guaranteed and j.tenant is not None and j.tenant in quotas]
+    for job in sorted(candidates, key=running_first):
+        assert job.tenant is not None
+        need = usage(job)
+        if used.get(job.tenant, 0) + need <= quotas[job.tenant]:
+            used[job.tenant] = used.get(job.tenant, 0) + need
+            out.add(job.id)
+    return out
+
+
+def running_first(job: Job) -> tuple[bool, tuple[float, tuple[int, int, str]]]:
+    return (not job.is_running, arrival_key(job))
+
+
+def rubick_usage(curves: Mapping[str, JobCurve | None]) -> Callable[[Job], int]:
+    """Quota usage = ``minRes`` in GPUs (§5.2); the requested count when the job cannot be priced."""
+
+    def usage(job: Job) -> int:
+        curve = curves.get(job.id)
+        return curve.min_gpus(job.gpu_range[0]) if curve is not None else job.num_gpus
+
+    return usage
+
+
+def neutral_slope(job: Job) -> float:
+    """Slope of a job the model cannot price: linear scaling (each GPU adds 1/num_gpus)."""
+    return 1.0 / job.num_gpus
+
+
+@ORDERINGS.register("rubick")
+@dataclass(frozen=True)
+class RubickOrdering:
+    """Options: ``starvation_s`` (3600), ``plans`` (true: slopes with plan search), ``guarantees``
+    (true: privileged guaranteed jobs first; false: every job is best-effort, as in Sia)."""
+
+    preemptive_by_default: ClassVar[bool] = True
+    book: CurveBook = field(repr=False)
+    quotas: Mapping[str, int] = field(default_factory=dict)
+    starvation_s: float = DEFAULT_STARVATION_S
+    plans: bool = True
+    guarantees: bool = True
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
+        f = options_reader(options, "rubick ordering", ["starvation_s", "plans", "guarantees"])
+        starvation = f.opt_float("starvation_s")
+        if starvation is not None and starvation < 0:
+            f.fail_key("starvation_s", f"must be >= 0, got {starvation}")
+        return cls(
+            shared_book(),
+            quotas_of(context),
+            DEFAULT_STARVATION_S if starvation is None else starvation,
+            f.flag("plans", True),
+            f.flag("guarantees", True),
+        )
+
+    def order(self, snapshot: Snapshot) -> Sequence[Job]:
+        shapes: dict[tuple[str, ...], tuple[int, float]] = {}
+        curves = {j.id: job_curve(self.book, j, snapshot, self.plans, shapes) for j in snapshot.jobs}
+        chosen = privileged(snapshot.jobs, self.quotas, rubick_usage(curves)) if self.guarantees else set()
+        first = sorted((j for j in snapshot.jobs if j.id in chosen), key=running_first)
+        starving = sorted(
+            (
+                j
+                for j in snapshot.jobs
+                if j.id not in chosen
+                and not j.is_running
+                and snapshot.time_s - j.waiting_since() >= self.starvation_s
+            ),
+            key=arrival_key,
+        )
+        early = chosen | {j.id for j in starving}
+
+        def slope_key(job: Job) -> tuple[float, float, tuple[float, tuple[int, int, str]]]:
+            curve = curves[job.id]
+            if curve is None:
+                return (-neutral_slope(job), 0.0, arrival_key(job))
+            return (-curve.gpu_slope(job.num_gpus), -curve.cpu_slope(job.num_gpus), arrival_key(job))
+
+        rest = sorted((j for j in snapshot.jobs if j.id not in early), key=slope_key)
+        return first + starving + rest
+
+
+@ORDERINGS.register("antman")
+@dataclass(frozen=True)
+class AntManOrdering:
+    """Guaranteed jobs within their tenant's quota of requested GPUs first, then the others by arrival."""
+
+    preemptive_by_default: ClassVar[bool] = True
+    quotas: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
+        options_reader(options, "antman ordering", [])
+        return cls(quotas_of(context))
+
+    def order(self, snapshot: Snapshot) -> Sequence[Job]:
+        chosen = privileged(snapshot.jobs, self.quotas, lambda j: j.num_gpus)
+        first = sorted((j for j in snapshot.jobs if j.id in chosen), key=running_first)
+        return first + sorted((j for j in snapshot.jobs if j.id not in chosen), key=arrival_key)

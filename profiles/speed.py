@@ -5,17 +5,19 @@ CPU/memory share, its submitted plan, and its ``gpu_type`` when given). The simu
 advances a job by ``dt * relative_speed`` seconds of that reference work. Each factor
 is 1.0 when the profile has no data for it, so the neutral profile never changes a
 job's speed. :func:`table_factor` asks an iteration-time model (the measured Crius or
-Gavel tables, or a fitted one) instead, for models the profiles do not measure.
+Gavel tables, or a fitted one) instead, for models the profiles do not measure;
+:func:`measured_factor` asks Rubick's A800 measurements, placement by placement.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from planner.errors import InputError
 from planner.execplan import plan_from_mapping, resolve
 from profiles.perfmodel.query import ModelShape, Query
+from profiles.perfmodel.rubick_measured import RubickMeasured, packed
 from profiles.perfmodel.table import IterationTimeModel
 from profiles.schema import Profile
 
@@ -105,3 +107,32 @@ def table_factor(
     if t_ref is None or t_here is None or not (t_ref > 0 and t_here > 0):
         return None
     return t_ref / t_here
+
+
+def measured_factor(
+    times: RubickMeasured,
+    *,
+    model: str,
+    batch_size: int | None,
+    reference_gpus: int,
+    reference_plan: Mapping[str, Any] | None,
+    placement: Sequence[int],
+    plan: Mapping[str, Any] | None,
+    cpus_per_gpu: float | None = None,
+) -> float | None:
+    """Rubick's A800 measurements (:mod:`profiles.perfmodel.rubick_measured`): the iteration
+    time at the reference (``reference_gpus`` packed 8 to a node, the submitted plan) over
+    the time with ``plan`` on ``placement`` (GPUs per node), the global batch fixed; so a
+    faster plan or placement runs faster and fewer GPUs slower. ``None`` for a model it
+    does not know or when either time is unknown (plan not resolvable, not in memory)."""
+    if not times.knows(model):
+        return None
+    try:
+        ref_plan, here_plan = plan_from_mapping(reference_plan), plan_from_mapping(plan)
+    except InputError:
+        return None
+    there = times.time_s(model, ref_plan, packed(reference_gpus), batch_size, cpus_per_gpu)
+    here = times.time_s(model, here_plan, placement, batch_size, cpus_per_gpu)
+    if there is None or here is None:
+        return None
+    return there.time_s / here.time_s

@@ -16,6 +16,13 @@ one). A job advances ``dt * speed`` seconds of that work in ``dt`` seconds, wher
   GPU type and count, consolidated, its submitted plan) over the time at the assignment,
   the slowest of the job's nodes' types; where the model does not know the job, the two
   factors above apply unchanged;
+* for one of Rubick's seven models on A800 GPUs (``gpu_type`` ``a800`` on every node and,
+  when the trace names one, in the trace row): plan, GPU count and placement together
+  from Rubick's measurements (:mod:`profiles.perfmodel.rubick_measured`): the iteration
+  time at the reference (the row's GPU count packed 8 to a node, its submitted plan) over
+  the time at the assignment's plan (the submitted one when it gives none) and per-node
+  GPU counts; this replaces the three factors above and the accumulation factor below
+  (the measurements include the plan's accumulation);
 * CPUs and memory per GPU against the GPU-proportional share of the GPUs it holds
   (Synergy's sensitivity matrix), or against a fixed ``reference_share`` per GPU when
   the trace's durations were measured on servers of another shape (Synergy Figure 12:
@@ -45,10 +52,11 @@ from planner.traces.records import TraceJob
 from profiles.interference import PairInterference, Sharer
 from profiles.iteration import IterationModels, accumulation_of
 from profiles.perfmodel.crius import builtin_crius
+from profiles.perfmodel.rubick_measured import GPU_TYPE, RubickMeasured, builtin_rubick_measured
 from profiles.perfmodel.table import IterationTimeModel
 from profiles.scaling import ScalingModel
 from profiles.schema import Profile, plan_key
-from profiles.speed import cpu_mem_factor, gpu_type_factor, table_factor
+from profiles.speed import cpu_mem_factor, gpu_type_factor, measured_factor, table_factor
 from profiles.store import ProfileStore
 
 Partner = tuple[TraceJob, Assignment]
@@ -64,9 +72,11 @@ class SpeedModel:
         interference: float | None = None,
         reference_share: tuple[float, float] | None = None,
         times: IterationTimeModel | None = None,
+        measured: RubickMeasured | None = None,
     ) -> None:
         self.profiles = profiles
         self.times: IterationTimeModel = builtin_crius() if times is None else times
+        self.measured = builtin_rubick_measured() if measured is None else measured
         self.nodes = nodes
         self.reference_share = reference_share
         self.interference = PairInterference(profiles, fixed=interference)
@@ -104,7 +114,10 @@ class SpeedModel:
             ref_mem = self.reference_share[1] * g / (1 + len(partners))
         # Synchronous data-parallel workers wait for the slowest: every node's type counts.
         types = sorted({self.nodes[name].gpu_type for name, _ in assignment.per_node})
-        placement = self._table_factor(profile, job, types, g, len(assignment.per_node), assignment)
+        measured = self._measured_factor(job, types, assignment)
+        placement = measured
+        if placement is None:
+            placement = self._table_factor(profile, job, types, g, len(assignment.per_node), assignment)
         if placement is None:
             type_factor = min(
                 gpu_type_factor(
@@ -120,7 +133,7 @@ class SpeedModel:
             reference_cpus_per_gpu=ref_cpus / g,
             reference_mem_gb_per_gpu=ref_mem / g,
         )
-        ga = accumulation_of(assignment.plan)
+        ga = accumulation_of(assignment.plan) if measured is None else None
         if ga is not None:
             factor /= self.iteration.accumulation_slowdown(
                 profile, node.gpu_type, ga[0] * ga[1], g, len(assignment.per_node), ga[1]
@@ -142,6 +155,21 @@ class SpeedModel:
             )
         self._memo[key] = factor
         return factor
+
+    def _measured_factor(self, job: TraceJob, types: Sequence[str], assignment: Assignment) -> float | None:
+        """Rubick's A800 measurements for one of its models on A800s only, else ``None``."""
+        if [t.lower() for t in types] != [GPU_TYPE] or (job.gpu_type or GPU_TYPE).lower() != GPU_TYPE:
+            return None
+        return measured_factor(
+            self.measured,
+            model=job.model,
+            batch_size=job.batch_size,
+            reference_gpus=job.num_gpus,
+            reference_plan=job.plan,
+            placement=[count for _, count in assignment.per_node],
+            plan=job.plan if assignment.plan is None else assignment.plan,
+            cpus_per_gpu=assignment.cpus / assignment.num_gpus,
+        )
 
     def _table_factor(
         self,

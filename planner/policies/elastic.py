@@ -147,7 +147,8 @@ class ElasticAllocation:
         into: any waiting job may take them back. Below ``num_gpus`` (down to ``min_gpus``)
         only a job of higher priority shrinks it. Lowest priority gives first.
         """
-        need = job.gpu_range[0] if job.elastic else job.num_gpus
+        # An elastic job's smallest count its plan runs on (min_gpus may not split its tp x pp).
+        need = min(self._counts(job, job.num_gpus), default=job.num_gpus) if job.elastic else job.num_gpus
         if need > max((n.gpus for n in snapshot.nodes), default=0):
             return None  # spans nodes: not made room for here
         for node in snapshot.nodes:

@@ -11,7 +11,14 @@ Definitions (README.md "Metric definitions"):
 * utilisation = allocated GPU- (CPU-) seconds / available GPU- (CPU-) seconds over the
   makespan;
 * a migration is a job running in consecutive rounds on a different GPU set; a restart
-  is any stop and relaunch (migration, preemption, reconfiguration, resize).
+  is any stop and relaunch (migration, preemption, reconfiguration, resize);
+* guaranteed / best-effort (Rubick Table 4, AntMan): the same JCT average and 99th
+  percentile over the finished jobs of each class (``None`` when a class has none);
+* per tenant (``tenants``: only jobs that name one): jobs, finished, average and p99 JCT,
+  the GPU-seconds its jobs held (``gpu_s``), ``avg_gpus`` = ``gpu_s`` / makespan, and, for
+  a tenant with a GPU quota, ``quota_use`` = the GPU-seconds its *guaranteed* jobs held /
+  (quota x makespan): the average share of its quota in use (a guaranteed job consumes
+  quota, a best-effort job does not; Rubick §5.1).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import bisect
 import csv
 import io
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +49,15 @@ SUMMARY_KEYS = (
     "cpu_util",
     "decision_time_s_mean",
     "decision_time_s_max",
+)
+
+# Added to the summary by :func:`summarize` after SUMMARY_KEYS (``tenants`` is a mapping).
+CLASS_KEYS = (
+    "guaranteed_jobs",
+    "guaranteed_avg_jct_s",
+    "guaranteed_p99_jct_s",
+    "best_effort_avg_jct_s",
+    "best_effort_p99_jct_s",
 )
 
 JOB_COLUMNS = (
@@ -80,6 +96,8 @@ class JobRecord:
     duration_s: float | None = None
     attained_gpu_s: float = 0.0
     active_at_arrival: int | None = None
+    tenant: str | None = None
+    guaranteed: bool = False
 
     @property
     def jct_s(self) -> float | None:
@@ -128,8 +146,11 @@ def summarize(
     allocated_cpu_s: float,
     decision_times_s: Sequence[float] = (),
     end_time_s: float | None = None,
+    quotas: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """The summary keys of README.md "mosaic sim" (plus ``unfinished`` and ``preemptions``).
+    """The summary keys of README.md "mosaic sim" (plus ``unfinished`` and ``preemptions``),
+    then :data:`CLASS_KEYS` and ``tenants`` (:func:`tenant_summary`; ``quotas``: GPU quota
+    per tenant name).
 
     Values that cannot be computed (no finished job, no duration) are ``None``.
     """
@@ -158,7 +179,55 @@ def summarize(
         "cpu_util": allocated_cpu_s / cpu_capacity if cpu_capacity > 0 else None,
         "decision_time_s_mean": _mean(decision_times_s),
         "decision_time_s_max": max(decision_times_s) if decision_times_s else None,
+        **_by_class(finished, len([r for r in records if r.guaranteed])),
+        "tenants": tenant_summary(records, makespan, quotas),
     }
+
+
+def _jcts(records: Iterable[JobRecord]) -> list[float]:
+    return [j for r in records if (j := r.jct_s) is not None]
+
+
+def _by_class(finished: Sequence[JobRecord], guaranteed_jobs: int) -> dict[str, Any]:
+    guaranteed = _jcts(r for r in finished if r.guaranteed)
+    best_effort = _jcts(r for r in finished if not r.guaranteed)
+    return {
+        "guaranteed_jobs": guaranteed_jobs,
+        "guaranteed_avg_jct_s": _mean(guaranteed),
+        "guaranteed_p99_jct_s": _percentile(guaranteed, 99),
+        "best_effort_avg_jct_s": _mean(best_effort),
+        "best_effort_p99_jct_s": _percentile(best_effort, 99),
+    }
+
+
+def tenant_summary(
+    records: Sequence[JobRecord], makespan_s: float | None, quotas: Mapping[str, float] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Per tenant (the module docstring's definitions), by name; ``{}`` when no job names one.
+
+    A tenant in ``quotas`` without jobs is listed too (zero use of its quota).
+    """
+    quotas = quotas or {}
+    names = sorted({r.tenant for r in records if r.tenant is not None} | set(quotas))
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        mine = [r for r in records if r.tenant == name]
+        jcts = _jcts(mine)
+        gpu_s = sum(r.attained_gpu_s for r in mine)
+        quota = quotas.get(name)
+        guaranteed_gpu_s = sum(r.attained_gpu_s for r in mine if r.guaranteed)
+        out[name] = {
+            "jobs": len(mine),
+            "finished": len(jcts),
+            "guaranteed_jobs": sum(r.guaranteed for r in mine),
+            "avg_jct_s": _mean(jcts),
+            "p99_jct_s": _percentile(jcts, 99),
+            "gpu_s": gpu_s,
+            "avg_gpus": gpu_s / makespan_s if makespan_s else None,
+            "gpu_quota": quota,
+            "quota_use": guaranteed_gpu_s / (quota * makespan_s) if quota and makespan_s else None,
+        }
+    return out
 
 
 def _makespan(records: Sequence[JobRecord], end_time_s: float | None) -> float | None:

@@ -19,6 +19,9 @@ metrics module:
   relaunch). A run without such a line (not started by the controller) falls back to the
   nodes of consecutive runs: on other nodes it counts as a migration, an upper bound, since
   a resume elsewhere looks the same;
+* tenant and guaranteed = the job's ``mosaic:`` comment (``#MOSAIC --tenant NAME
+  --guaranteed``), so the summary's guaranteed/best-effort and per-tenant keys are the
+  simulator's too (quota use needs the quotas: :func:`summary`'s ``quotas``);
 * attained GPU-s and allocated GPU-/CPU-seconds = each run's ``AllocTRES`` times its length;
   a ``gres/shard`` counts as half a GPU (:data:`SHARDS_PER_GPU`; needs
   ``AccountingStorageTRES=gres/gpu,gres/shard``, else sacct does not record shards).
@@ -128,6 +131,8 @@ def build_report(rows: Iterable[Mapping[str, str]], partitions: Sequence[str], n
                 preemptions=preemptions,
                 duration_s=float(duration) if isinstance(duration, int | float) else None,
                 attained_gpu_s=attained,
+                tenant=meta["tenant"] if isinstance(meta.get("tenant"), str) else None,
+                guaranteed=meta.get("guaranteed") is True,
             )
         )
     records.sort(key=lambda r: (r.submit_time_s, _numeric(r.job_id)))
@@ -191,8 +196,10 @@ def summary(
     cluster_cpus: int,
     decision_times_s: Sequence[float] = (),
     end_time_s: float | None = None,
+    quotas: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """The simulator's summary keys, computed by the same :func:`planner.metrics.summarize`."""
+    """The simulator's summary keys, computed by the same :func:`planner.metrics.summarize`
+    (``quotas``: GPU quota per tenant, for the tenants' quota use)."""
     doc = summarize(
         report.records,
         cluster_gpus=cluster_gpus,
@@ -201,6 +208,7 @@ def summary(
         allocated_cpu_s=report.allocated_cpu_s,
         decision_times_s=decision_times_s,
         end_time_s=end_time_s,
+        quotas=quotas,
     )
     doc["rounds"] = len(decision_times_s)
     doc["end_time_s"] = end_time_s

@@ -440,6 +440,8 @@ class Simulator:
             duration_s=t.duration_s,
             attained_gpu_s=job.attained_gpu_s,
             active_at_arrival=active_at_arrival,
+            tenant=t.tenant,
+            guaranteed=t.guaranteed,
         )
 
     def _result(self, end_time_s: float) -> SimResult:

@@ -12,7 +12,7 @@ from typing import Any
 
 from planner.cluster import cluster_from_toml
 from planner.config import build_scheduler
-from planner.metrics import SUMMARY_KEYS, jobs_csv
+from planner.metrics import CLASS_KEYS, SUMMARY_KEYS, jobs_csv, tenant_summary
 from planner.sim import SimConfig, Simulator
 from planner.traces import parse_trace
 from profiles.store import ProfileStore
@@ -134,6 +134,9 @@ def run(args: argparse.Namespace) -> int:
         "wall_time_s": wall,
         "unknown_models": sorted(result.unknown_models),
     }
+    if config.tenants:  # the quotas are the scheduler's ([[tenants]]): their use per tenant
+        quotas = {t.name: float(t.gpu_quota) for t in config.tenants}
+        summary["tenants"] = tenant_summary(result.records, summary.get("makespan_s"), quotas)
     write_json(out / "summary.json", summary)
     write_atomic(out / "jobs.csv", jobs_csv(result.records, simulator.total_gpus))
     if not args.no_plot:
@@ -163,4 +166,13 @@ def format_summary(summary: dict[str, Any]) -> str:
         else:
             text = str(value)
         lines.append(f"  {key:<22} {text}")
+    if summary.get("guaranteed_jobs"):
+        for key in CLASS_KEYS[1:]:
+            value = summary.get(key)
+            text = "-" if value is None else f"{value:,.0f} s  ({value / 3600:.2f} h)"
+            lines.append(f"  {key:<22} {text}")
+    for name, t in (summary.get("tenants") or {}).items():
+        jct = "-" if t["avg_jct_s"] is None else f"{t['avg_jct_s'] / 3600:.2f} h"
+        use = "" if t["quota_use"] is None else f", {t['quota_use']:.0%} of a {t['gpu_quota']:g}-GPU quota"
+        lines.append(f"  tenant {name}: {t['jobs']} jobs, avg JCT {jct}, {t['avg_gpus'] or 0:.1f} GPUs{use}")
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""``mosaic trace``: generate traces from the papers' descriptions, import the real one."""
+"""``mosaic trace``: generate traces from the papers' descriptions, import the real ones."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from planner.traces import format_trace
 from planner.traces.generators import gavel_trace, shockwave_trace, synergy_trace
 from planner.traces.philly import parse_philly, philly_trace, virtual_clusters
 from planner.traces.records import TraceJob
+from planner.traces.rubick import parse_workload
 from slurm_plugin.files import bundled_text, read_text, write_atomic
 
 PHILLY_FILE = "philly_derived_gavel_msr_all.csv.gz"
@@ -22,7 +23,7 @@ def add_parser(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
     p = sub.add_parser("trace", parents=[common], help="generate or import job traces")
-    tsub = p.add_subparsers(dest="trace_command", required=True, metavar="{gen,philly}")
+    tsub = p.add_subparsers(dest="trace_command", required=True, metavar="{gen,philly,rubick}")
 
     gen = tsub.add_parser(
         "gen",
@@ -64,6 +65,19 @@ def add_parser(
     ph.add_argument("--max-gpus", type=int, help="drop jobs asking for more GPUs")
     ph.add_argument("--out", metavar="CSV", help="output file ('-' for stdout)")
     ph.set_defaults(run=run_philly)
+
+    rb = tsub.add_parser(
+        "rubick",
+        parents=[common],
+        help="convert a Rubick (MLSys'25) artifact workload to a trace",
+        description="Converts workload-{base,bp,mt}.csv of Rubick's artifact (name, submission_time, "
+        "duration, application, num_gpus, num_cpus, bandwidth, exec_plan, steps, is_sla) to "
+        "Mosaic's trace CSV for A800 GPUs (planner/traces/rubick.py says how). The three "
+        "workloads come converted in planner/sim/bundled/ (rubick_{base,bp,mt}.csv).",
+    )
+    rb.add_argument("workload", metavar="WORKLOAD.csv", help="the artifact's workload file")
+    rb.add_argument("--out", required=True, metavar="CSV", help="output file ('-' for stdout)")
+    rb.set_defaults(run=run_rubick)
 
 
 def _emit(jobs: list[TraceJob], out: str) -> None:
@@ -118,4 +132,10 @@ def run_philly(args: argparse.Namespace) -> int:
         raise ConfigError("mosaic trace philly needs --vc and --out (or --list)")
     jobs = philly_trace(rows, vc=args.vc, first=args.first, count=args.count, max_gpus=args.max_gpus)
     _emit(jobs, args.out)
+    return 0
+
+
+def run_rubick(args: argparse.Namespace) -> int:
+    jobs = parse_workload(read_text(args.workload), source=args.workload)
+    _emit(list(jobs), args.out)
     return 0

@@ -98,6 +98,7 @@ class Store:
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(SCHEMA)
         self.db.isolation_level = "DEFERRED"
+        self._seen: dict[str, tuple[tuple[Any, ...], JobRecord]] = {}
 
     def close(self) -> None:
         self.db.close()
@@ -109,7 +110,16 @@ class Store:
         return None if row is None else _job_record(row)
 
     def jobs(self) -> dict[str, JobRecord]:
-        return {r[0]: _job_record(r) for r in self.db.execute("SELECT * FROM jobs")}
+        """Every job's record. A row unchanged since the last call keeps its decoded record:
+        the controller reads every job each tick and most rows have not changed."""
+        seen, self._seen = self._seen, {}
+        out = {}
+        for row in self.db.execute("SELECT * FROM jobs"):
+            known = seen.get(row[0])
+            record = known[1] if known is not None and known[0] == row else _job_record(row)
+            self._seen[row[0]] = (row, record)
+            out[row[0]] = record
+        return out
 
     def add_job(self, job_id: str, num_gpus: int, meta: Mapping[str, Any], now: float) -> None:
         """Record a job on first sight (its original GPU request); later calls keep the first."""

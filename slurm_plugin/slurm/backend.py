@@ -9,11 +9,27 @@ Slurm; it does not for Debian 12's 22.05.)
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Protocol
 
 from slurm_plugin.slurm import commands, parse
-from slurm_plugin.slurm.runner import DEFAULT_TIMEOUT_S, run
+from slurm_plugin.slurm.runner import DEFAULT_TIMEOUT_S, SlurmCommandError, run
+
+DETAIL_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED"})
+"""States whose ``squeue --json`` record carries ``gres_detail`` (the GPU indices)."""
+
+DETAIL_CALLS_MAX = 32
+"""Running jobs not seen before read one by one with ``scontrol`` up to this many."""
+
+RunKey = tuple[str, float | None, tuple[str, ...]]
+
+
+def _run_key(job: parse.SlurmJob) -> RunKey:
+    """One run of a job: a requeued job starts again with a new start time."""
+    return (job.id, job.start_time, job.nodes)
 
 
 class SlurmClient(Protocol):
@@ -44,13 +60,52 @@ class CliSlurm:
     def __init__(self, env: Mapping[str, str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.env = dict(env or {})
         self.timeout_s = timeout_s
+        self._indices: dict[RunKey, tuple[tuple[str, tuple[int, ...]], ...]] = {}
 
     def _run(self, argv: list[str], extra_env: Mapping[str, str] | None = None) -> str:
         env = {**self.env, **(extra_env or {})}
         return run(argv, env=env, timeout_s=self.timeout_s).stdout
 
     def jobs(self) -> list[parse.SlurmJob]:
+        """Every job, as ``squeue --json`` shows it, read with ``squeue --Format`` (far cheaper)
+        and, for running jobs, the GPU indices from ``scontrol -d show job``, remembered for the
+        run (Slurm does not move a running job's GPUs). More than :data:`DETAIL_CALLS_MAX`
+        running jobs not seen before (a controller's first tick on a busy cluster) take their
+        indices from one ``squeue --json`` instead."""
+        separator = "~" + secrets.token_hex(12) + "~"
+        text = self._run(commands.squeue_text(separator), commands.SQUEUE_TEXT_ENV)
+        jobs = parse.parse_squeue_text(text, separator)
+        running = {j.id: j for j in jobs if j.state in DETAIL_STATES and j.nodes}
+        fresh = [j for j in running.values() if _run_key(j) not in self._indices]
+        if len(fresh) > DETAIL_CALLS_MAX:
+            by_id = {j.id: j for j in self.jobs_json()}
+            for j in fresh:
+                seen = by_id.get(j.id)
+                if seen is not None and _run_key(seen) == _run_key(j):
+                    self._indices[_run_key(j)] = seen.gpu_indices
+        elif fresh:
+            with ThreadPoolExecutor(max_workers=min(8, len(fresh))) as pool:
+                for j, indices in zip(fresh, pool.map(self._job_indices, fresh), strict=True):
+                    if indices is not None:
+                        self._indices[_run_key(j)] = indices
+        self._indices = {key: v for key, v in self._indices.items() if key[0] in running}
+        return [
+            replace(j, gpu_indices=self._indices.get(_run_key(j), ())) if j.id in running else j for j in jobs
+        ]
+
+    def jobs_json(self) -> list[parse.SlurmJob]:
+        """Every job from ``squeue --json`` (what :meth:`jobs` reproduces, at several times the cost)."""
         return parse.parse_squeue_json(self._run(commands.squeue_json()))
+
+    def _job_indices(self, job: parse.SlurmJob) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
+        """The job's GPU indices per node; ``None`` when it ended before ``scontrol`` looked."""
+        try:
+            text = self._run(commands.job_detail(job.id))
+        except SlurmCommandError as e:
+            if "Invalid job id" in e.stderr:
+                return None
+            raise
+        return parse.with_gres_detail(job, parse.parse_scontrol_gres_detail(text, job)).gpu_indices
 
     def nodes(self) -> list[parse.SlurmNode]:
         return parse.parse_sinfo_json(self._run(commands.sinfo_json()))

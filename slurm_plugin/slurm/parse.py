@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import lru_cache
+from types import MappingProxyType
 from typing import Any
 
 from planner import hostlist
@@ -250,6 +252,208 @@ def _job(raw: Mapping[str, Any]) -> SlurmJob:
         tasks_per_node=r.get("tasks_per_node", int, 0),
         gpus_per_task=gres_counts(r.get("tres_per_task", str, "")).get("gpu", 0),
         gpus_per_job=gres_counts(r.get("tres_per_job", str, "")).get("gpu", 0),
+    )
+
+
+# -- squeue --noheader --Format text ------------------------------------------------------
+
+SQUEUE_FIELDS = (
+    "JobID",
+    "Partition",
+    "State",
+    "Reason",
+    "PriorityLong",
+    "tres-per-node",
+    "tres-per-task",
+    "tres-per-job",
+    "NumCPUs",
+    "MinMemory",
+    "tres-alloc",
+    "NumNodes",
+    "NodeList",
+    "ReqNodes",
+    "Feature",
+    "SubmitTime",
+    "StartTime",
+    "RestartCnt",
+    "NumTasks",
+    "NTPerNode",
+    "Name",
+    "Comment",
+    "admin_comment",
+)
+"""What ``squeue --Format`` prints for each job (:func:`parse_squeue_text`), in this order."""
+
+
+def parse_squeue_text(text: str, separator: str) -> list[SlurmJob]:
+    """``squeue --noheader --array --Format`` of :data:`SQUEUE_FIELDS`, each field followed by
+    ``separator`` -> jobs by job id, as :func:`parse_squeue_json` reads them (but ``gpu_indices``,
+    which squeue does not print: :func:`parse_scontrol_gres_detail`).
+
+    Free text (names, comments) may hold any character, newlines and ``|`` included, so the
+    separator is a random token chosen for each call: user text cannot contain it. Times must
+    be epoch seconds (``SLURM_TIME_FORMAT=%s``). ``--array`` prints each array task; tasks still
+    sharing one record print its job id, and only the first is kept (``--json`` lists the record
+    once). An empty comment and the comment ``(null)`` both read as empty.
+    """
+    if len(separator) < 8:
+        raise SlurmParseError(f"squeue text: separator {separator!r} is too short to be unguessable")
+    width = len(SQUEUE_FIELDS)
+    jobs: dict[str, SlurmJob] = {}
+    records = text.split(separator + "\n")
+    if records[-1].strip():
+        raise SlurmParseError(f"squeue text: output ends inside a record: {records[-1][:80]!r}")
+    for k, record in enumerate(records[:-1], start=1):
+        cells = record.split(separator)
+        if len(cells) != width:
+            raise SlurmParseError(f"squeue text: record {k} has {len(cells)} fields, expected {width}")
+        job_id = cells[0].strip()
+        if job_id in jobs:
+            continue
+        if not job_id.isdigit():
+            raise SlurmParseError(f"squeue text: record {k}: JobID {job_id!r} is not a job id")
+        jobs[job_id] = _text_job(job_id, cells)
+    return sorted(jobs.values(), key=lambda j: int(j.id))
+
+
+_EMPTY = frozenset({"", "(null)", "N/A"})
+_F = {name: k for k, name in enumerate(SQUEUE_FIELDS)}
+
+
+def _text_job(job_id: str, cells: list[str]) -> SlurmJob:
+    where = f"squeue text: job {job_id}"
+
+    def text(key: str) -> str:
+        value = cells[_F[key]]
+        return "" if value in _EMPTY else value
+
+    def integer(key: str, default: int = 0) -> int:
+        value = cells[_F[key]].strip()
+        if value in _EMPTY:
+            return default
+        if not value.isdigit():
+            raise SlurmParseError(f"{where}: {key} is {value!r}, expected a number")
+        return int(value)
+
+    state = cells[_F["State"]].strip()
+    if not state:
+        raise SlurmParseError(f"{where}: no State")
+    submit = integer("SubmitTime", -1)
+    if submit < 0:
+        raise SlurmParseError(f"{where}: no SubmitTime")
+    nodes = expand_hostlist(text("NodeList")) if state != "PENDING" else ()
+    tres = _tres(text("tres-alloc"))
+    num_nodes = integer("NumNodes", 1)
+    if state == "PENDING" and tres.get("node", "").isdigit() and int(tres["node"]) > 0:
+        num_nodes = int(tres["node"])  # what the job asked (see _requested_nodes)
+    cpus = integer("NumCPUs")
+    per_node, per_cpu = _text_memory(text("MinMemory"), tres.get("mem", ""), num_nodes, cpus)
+    start = integer("StartTime")
+    gpus, shards = _gres(text("tres-per-node"))
+    return SlurmJob(
+        id=job_id,
+        name=cells[_F["Name"]],
+        partition=text("Partition"),
+        state=state,
+        reason=text("Reason"),
+        priority=integer("PriorityLong"),
+        gpus_per_node=gpus,
+        shards_per_node=shards,
+        cpus=cpus,
+        mem_mb_per_node=per_node,
+        mem_mb_per_cpu=per_cpu,
+        num_nodes=num_nodes,
+        nodes=nodes,
+        gpu_indices=(),
+        required_nodes=expand_hostlist(text("ReqNodes")),
+        features=text("Feature"),
+        submit_time=float(submit),
+        start_time=float(start) if start and state != "PENDING" else None,
+        restarts=integer("RestartCnt"),
+        comment=text("Comment"),
+        admin_comment=text("admin_comment"),
+        tasks=integer("NumTasks", 1),
+        tasks_per_node=integer("NTPerNode"),
+        gpus_per_task=_gres(text("tres-per-task"))[0],
+        gpus_per_job=_gres(text("tres-per-job"))[0],
+    )
+
+
+@lru_cache(maxsize=1024)
+def _gres(text: str) -> tuple[int, int]:
+    """(GPUs, shards) in a TRES-per-x string; a cluster has few distinct ones, hence the cache."""
+    counts = gres_counts(text)
+    return counts.get("gpu", 0), counts.get("shard", 0)
+
+
+@lru_cache(maxsize=1024)
+def _tres(text: str) -> Mapping[str, str]:
+    return MappingProxyType(tres_map(text))
+
+
+@lru_cache(maxsize=1024)
+def _text_memory(minimum: str, total: str, num_nodes: int, cpus: int) -> tuple[int | None, int | None]:
+    """(per node, per CPU) MB, as ``--json``'s ``memory_per_node`` / ``memory_per_cpu``.
+
+    squeue prints the job's memory request without saying whether it is per node or per
+    CPU; the job's memory TRES (``mem=`` in ``tres-alloc``: the request times the CPUs or
+    the nodes) tells them apart. Where both products agree (one CPU per node) the job's
+    memory per node is the same either way and it reads as per node.
+    """
+    mb = parse_memory_mb(minimum) if minimum else 0
+    if mb == 0:
+        return None, None  # --json: neither (no request, or --mem=0)
+    if total and cpus and mb * cpus != mb * max(1, num_nodes) and parse_memory_mb(total) == mb * cpus:
+        return None, mb
+    return mb, None
+
+
+_DETAIL_LINE = re.compile(r"^     Nodes=(\S+) CPU_IDs=\S* Mem=\S* GRES=(.*)$")
+
+
+def parse_scontrol_gres_detail(text: str, job: SlurmJob) -> tuple[str, ...] | None:
+    """``scontrol -d show job ID`` -> the job's ``gres_detail`` per node, in ``job.nodes`` order,
+    as ``squeue --json`` lists it (``gpu:2(IDX:1-2)``); ``None`` where the output does not show
+    one GRES entry for each of the job's nodes.
+
+    The per-node lines (``     Nodes=n[1-2] CPU_IDs=0-3 Mem=8192 GRES=gpu:2(IDX:0-1)``) follow
+    the ``JOB_GRES=`` line. The job's name, the only free text printed before them, is
+    skipped by its exact value (from squeue), so a name cannot fake these lines.
+    """
+    head = f"JobId={job.id} "
+    if not text.startswith(head):
+        raise SlurmParseError(f"scontrol show job {job.id}: output does not start with {head.strip()!r}")
+    at = text.find("JobName=")
+    marker = f"JobName={job.name}\n"
+    if at < 0 or "\n" in text[:at] or not text.startswith(marker, at):
+        raise SlurmParseError(
+            f"scontrol show job {job.id}: its first line does not end in JobName={job.name!r}"
+        )
+    lines = text[at + len(marker) :].split("\n")
+    try:
+        start = next(k for k, line in enumerate(lines) if line.startswith("   JOB_GRES="))
+    except StopIteration:
+        return None
+    per_node: dict[str, str] = {}
+    for line in lines[start + 1 :]:
+        m = _DETAIL_LINE.match(line)
+        if m is None:
+            break
+        for node in expand_hostlist(m.group(1)):
+            per_node[node] = m.group(2)
+    if set(per_node) != set(job.nodes):
+        return None
+    if not any(per_node.values()):
+        return ()  # no GRES on any node (``JOB_GRES=(null)``): --json lists none
+    return tuple(per_node[node] for node in job.nodes)
+
+
+def with_gres_detail(job: SlurmJob, details: tuple[str, ...] | None) -> SlurmJob:
+    """``job`` with the GPU indices of its ``gres_detail`` (``squeue --json``'s rule: one entry per node)."""
+    if not details or len(details) != len(job.nodes):
+        return replace(job, gpu_indices=())
+    return replace(
+        job, gpu_indices=tuple((n, gpu_indices(d)) for n, d in zip(job.nodes, details, strict=True))
     )
 
 

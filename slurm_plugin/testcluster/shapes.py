@@ -33,6 +33,7 @@ OTHER_PARTITION = "other"
 """A second partition on the same nodes that Mosaic never touches."""
 
 CRED_EXPIRE_S = 10
+MAX_JOB_COUNT = 50000
 KILL_WAIT_S = 5
 
 
@@ -146,6 +147,7 @@ def render_slurm_conf(shape: ClusterShape, layout: Layout, job_submit_lua: bool 
         "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0",
         f"KillWait={KILL_WAIT_S}",
         "MinJobAge=600",
+        f"MaxJobCount={MAX_JOB_COUNT}",  # Slurm's default, 10,000, refuses the 20,000-job benchmark
         "ReturnToService=1",  # an admin's DOWN stays down; a node that only stopped responding returns
         "JobRequeue=1",
         "SlurmctldTimeout=30",

@@ -404,7 +404,7 @@ class _Work:
         cpus, mem = share
         curve = self.curves[job.id]
         if curve is None:
-            self.assignments[job.id] = Assignment(a.gpus, cpus, mem, _rescaled(job, a), a.shares_with)
+            self.assignments[job.id] = _as_is(job, a, cpus, mem)
             return
         nodes = len(a.nodes)
         per_gpu = cpus / a.num_gpus
@@ -421,7 +421,7 @@ class _Work:
                     best, total = more, cpus * factor
             left[node] -= total - cpus
         if best is None:
-            self.assignments[job.id] = Assignment(a.gpus, cpus, mem, _rescaled(job, a), a.shares_with)
+            self.assignments[job.id] = _as_is(job, a, cpus, mem)
             return
         chosen = Assignment(a.gpus, total, mem, plan_to_mapping(best.plan), a.shares_with)
         self.assignments[job.id] = self._keep_or(job, chosen, best, total, total / a.num_gpus)
@@ -438,8 +438,8 @@ class _Work:
         current = _price(curve, job, old)
         if current is not None and _same_plan(old, point, job) and old.cpus == cpus:
             return Assignment(a.gpus, old.cpus, a.mem_gb, old.plan, a.shares_with)
-        if current is None or (
-            point.throughput > current * (1 + self.stage.min_gain) and self.stage._may(job)
+        if self.stage._may(job) and (
+            current is None or point.throughput > current * (1 + self.stage.min_gain)
         ):
             return new
         return Assignment(a.gpus, old.cpus if old.cpus <= cpus else cpus, a.mem_gb, old.plan, a.shares_with)
@@ -465,6 +465,15 @@ def _price(curve: JobCurve, job: Job, a: Assignment) -> float | None:
 def _same_plan(old: Assignment, point: Point, job: Job) -> bool:
     plan = _own_plan(job, old.num_gpus, old.plan)
     return plan is not None and plan == plan_to_mapping(point.plan)
+
+
+def _as_is(job: Job, a: Assignment, cpus: int, mem_gb: float) -> Assignment:
+    """``a`` with these CPUs and memory and its plan rescaled; a job that runs on these GPUs
+    already keeps its plan object (nothing to relaunch for)."""
+    old = job.assignment
+    same = job.is_running and old is not None and old.gpus == a.gpus
+    plan = old.plan if same and old is not None else _rescaled(job, a)
+    return Assignment(a.gpus, cpus, mem_gb, plan, a.shares_with)
 
 
 def _rescaled(job: Job, a: Assignment) -> Mapping[str, Any] | None:

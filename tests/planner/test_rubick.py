@@ -1,0 +1,227 @@
+"""Rubick's steps one by one: candidate plans, curves and minRes, the 0.97 rule, privileged jobs,
+the ordering (privileged, starving, SortBySlope), shrinking, growth and plan choice."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from planner import plan_round
+from planner.config import PRESETS, Tenant, build_scheduler
+from planner.errors import ConfigError
+from planner.execplan import check, plan_from_mapping
+from planner.model import Assignment, Job, JobState, Node, Snapshot
+from planner.policies.rubick.allocation import may_reconfigure
+from planner.policies.rubick.curves import SEARCH, job_curve
+from planner.policies.rubick.plans import candidate_plans
+from planner.policies.rubick.policy import privileged, shared_book
+
+A800 = Node("n0", 8, "a800", 96, 1600.0)
+OFFLOAD_GC = {"zero_stage": 2, "offload_optimizer": True, "activation_checkpointing": True}
+
+
+def sched(name: str, *tenants: Tenant, **options):
+    config = replace(PRESETS[name], tenants=tenants)
+    if options:
+        merged = {k: dict(v) for k, v in config.options.items()}
+        merged.setdefault("reconfiguration", {}).update(options)
+        config = replace(config, options=merged)
+    return build_scheduler(config)
+
+
+def job(job_id: str, num: int, model: str, batch: int, **kw) -> Job:
+    return Job(
+        id=job_id, num_gpus=num, model=model, submit_time_s=kw.pop("submit", 0.0), batch_size=batch, **kw
+    )
+
+
+def run(j: Job, slots, cpus: int, plan=None, attained: float = 1e6) -> Job:
+    return replace(
+        j,
+        state=JobState.RUNNING,
+        attained_gpu_s=attained,
+        assignment=Assignment(tuple(slots), cpus, 200.0 * len(slots), plan if plan is not None else j.plan),
+    )
+
+
+# -- candidate plans --------------------------------------------------------------------------
+def test_candidate_plans_are_valid_keep_the_global_batch_and_use_3d_only_for_large_models():
+    small = candidate_plans(8, 32, gpus_per_node=8, hidden=1024, layers=24, params=3.4e8)
+    assert small and all(p.tp == p.pp == 1 for p in small)
+    large = candidate_plans(8, 16, gpus_per_node=8, hidden=1600, layers=48, params=1.6e9)
+    assert any(p.tp > 1 for p in large) and any(p.pp > 1 for p in large)
+    for p in small + large:
+        check(p)
+        assert p.world_size == 8 and p.global_batch == p.dp * p.micro_batch * p.grad_accum
+        assert p.tp <= 8 and 1600 % p.tp == 0 and 48 % p.pp == 0
+    labels = {
+        (p.zero_stage, p.offload_optimizer, p.activation_checkpointing, p.grad_accum > 1) for p in small
+    }
+    assert {(0, False, False, False), (3, False, True, True), (2, True, False, False)} <= labels
+    # A global batch that does not split over the data-parallel workers has no plan.
+    assert candidate_plans(3, 32, gpus_per_node=8, hidden=1024, layers=24, params=3.4e8) == []
+    # Tensor parallelism stays inside a node.
+    assert (
+        max(p.tp for p in candidate_plans(4, 16, gpus_per_node=2, hidden=1600, layers=48, params=1.6e9)) == 2
+    )
+
+
+# -- curves and minRes ------------------------------------------------------------------------
+def test_the_curve_takes_the_best_plan_and_min_res_is_the_fewest_gpus_matching_the_submitted_plan():
+    snap = Snapshot(0.0, (A800,), ())
+    t5 = job("1", 8, "t5", 16, min_gpus=1, max_gpus=8, plan=OFFLOAD_GC)
+    curve = job_curve(shared_book(), t5, snap, True)
+    assert curve is not None and curve.space == SEARCH and curve.target is not None
+    for g in (1, 2, 4, 8):
+        own = curve.own_at(g)
+        assert own is None or curve.throughput(g) >= own.throughput
+    low = curve.min_gpus(1)
+    assert low < 8  # a better plan reaches the submitted plan's speed on fewer GPUs
+    assert curve.throughput(low) >= curve.target
+    assert all(curve.throughput(g) < curve.target for g in range(1, low))
+    assert curve.gpu_slope(8) > 0 and curve.gpu_slope(2) > curve.gpu_slope(8)  # concave
+    # Without plan search the job keeps its plan: minRes is the requested count.
+    fixed = job_curve(shared_book(), t5, snap, False)
+    assert fixed is not None and fixed.min_gpus(1) == 8
+    # An unknown model or an unknown batch cannot be priced.
+    assert job_curve(shared_book(), job("2", 1, "resnet50", 32), snap, True) is None
+    assert job_curve(shared_book(), replace(t5, batch_size=None), snap, True) is None
+
+
+def test_a_rigid_job_chooses_only_among_its_candidate_plans():
+    snap = Snapshot(0.0, (A800,), ())
+    rigid = job("1", 4, "bert", 32, plan=OFFLOAD_GC)
+    curve = job_curve(shared_book(), rigid, snap, True)
+    assert curve is not None and curve.space == curve.own
+    with_candidates = replace(rigid, candidate_plans=({"zero_stage": 1},))
+    assert job_curve(shared_book(), with_candidates, snap, True).space != curve.own
+
+
+# -- the reconfiguration rule (§5.3) ----------------------------------------------------------
+def test_a_running_job_is_reconfigured_only_when_its_restart_costs_under_three_per_cent():
+    base = run(job("1", 2, "bert", 32), [("n0", 0), ("n0", 1)], 24, attained=2 * 1000.0)
+    assert not may_reconfigure(base, 30.0)  # T = 1000 s: (1000 - 30) / 1000 = 0.97, not above
+    assert may_reconfigure(replace(base, attained_gpu_s=2 * 1001.0), 30.0)
+    assert not may_reconfigure(replace(base, attained_gpu_s=2 * 1001.0, restarts=1), 30.0)  # N = 2
+    assert may_reconfigure(replace(base, attained_gpu_s=2 * 2001.0, restarts=1), 30.0)
+    assert may_reconfigure(job("2", 1, "bert", 32), 30.0)  # waiting: nothing to restart
+
+
+# -- privileged jobs and the ordering ---------------------------------------------------------
+def test_privileged_jobs_fit_their_tenants_quota_running_ones_first():
+    jobs = [
+        job("1", 4, "bert", 32, guaranteed=True, tenant="a", submit=0.0),
+        job("2", 4, "bert", 32, guaranteed=True, tenant="a", submit=1.0),
+        run(
+            job("3", 4, "bert", 32, guaranteed=True, tenant="a", submit=2.0),
+            [("n0", k) for k in range(4)],
+            48,
+        ),
+        job("4", 2, "bert", 32, guaranteed=True, tenant="a", submit=3.0),
+        job("5", 1, "bert", 32, guaranteed=True, tenant="nobody"),
+        job("6", 1, "bert", 32, tenant="a"),
+    ]
+    chosen = privileged(jobs, {"a": 10}, lambda j: j.num_gpus)
+    assert chosen == {"3", "1", "4"}  # 3 runs; 1 fits; 2 does not (12 > 10); 4 still fits
+
+
+def test_the_order_is_privileged_then_starving_then_by_slope():
+    nodes = (A800,)
+    jobs = (
+        job("be-vit", 4, "vit", 64, submit=1000.0),
+        job("be-gpt2", 4, "gpt2", 16, submit=2000.0),
+        job("g", 4, "bert", 32, guaranteed=True, tenant="a", submit=3000.0),
+        job("old", 2, "mystery-model", 32, submit=0.0, pending_since_s=0.0),
+    )
+    snap = Snapshot(4000.0, nodes, jobs)
+    order = plan_round(snap, sched("rubick", Tenant("a", 8))).order
+    assert order[:2] == ("g", "old")  # privileged, then waiting over starvation_s (3600 s)
+    vit = job_curve(shared_book(), jobs[0], snap, True)
+    gpt = job_curve(shared_book(), jobs[1], snap, True)
+    expected = ("be-vit", "be-gpt2") if vit.gpu_slope(4) > gpt.gpu_slope(4) else ("be-gpt2", "be-vit")
+    assert order[2:] == expected
+    # Without a quota the guaranteed job is best-effort; AntMan orders best-effort jobs by arrival.
+    assert plan_round(snap, sched("antman")).order == ("old", "be-vit", "be-gpt2", "g")
+    assert plan_round(snap, sched("antman", Tenant("a", 4))).order[0] == "g"
+
+
+# -- Algorithm 1: admission, shrinking, growth, plans ----------------------------------------
+def test_a_privileged_job_gets_its_min_res_and_the_best_plan_reaching_its_target():
+    blocker = run(job("big", 6, "bert", 32, preemptible=False), [("n0", k) for k in range(6)], 72)
+    t5 = job("g", 8, "t5", 16, min_gpus=1, guaranteed=True, tenant="a", plan=OFFLOAD_GC)
+    snap = Snapshot(0.0, (A800,), (blocker, t5))
+    plan = plan_round(snap, sched("rubick", Tenant("a", 8)))
+    a = plan.assignments["g"]
+    curve = job_curve(shared_book(), t5, snap, True)
+    assert a.num_gpus == curve.min_gpus(1) == 2
+    best = curve.best(2)
+    assert plan_from_mapping(a.plan) == best.plan and best.throughput >= curve.target
+    # Rubick-R keeps the submitted plan: its minRes is all 8 GPUs, which are not free.
+    assert "g" not in plan_round(snap, sched("rubick-r", Tenant("a", 8))).assignments
+
+
+def test_best_effort_jobs_are_preempted_first_and_come_back_smaller():
+    be = run(job("be", 8, "bert", 32, min_gpus=1), [("n0", k) for k in range(8)], 96)
+    g = job("g", 4, "bert", 32, guaranteed=True, tenant="a")
+    plan = plan_round(Snapshot(0.0, (A800,), (be, g)), sched("rubick", Tenant("a", 8)))
+    assert plan.assignments["g"].num_gpus == 4
+    assert plan.assignments["be"].num_gpus == 4  # shrunk, not stopped
+    assert set(plan.assignments["be"].gpus) <= set(be.assignment.gpus)
+
+
+def test_the_lowest_slope_job_above_its_minimum_shrinks_for_a_steeper_waiting_job():
+    # "grown" asked for 2 GPUs and grew to 8; its last GPUs gain less than the waiting job's.
+    grown = run(job("grown", 2, "vit", 64, max_gpus=8, submit=0.0), [("n0", k) for k in range(8)], 96)
+    waiting = job("w", 4, "gpt2", 16, min_gpus=4, submit=1.0)
+    snap = Snapshot(0.0, (A800,), (grown, waiting))
+    sg = job_curve(shared_book(), grown, snap, True).gpu_slope(8)
+    sw = job_curve(shared_book(), waiting, snap, True).gpu_slope(4)
+    plan = plan_round(snap, sched("rubick"))
+    if sg < sw:
+        assert plan.assignments["w"].num_gpus == 4 and plan.assignments["grown"].num_gpus == 4
+    else:
+        assert "w" not in plan.assignments
+    assert sg < sw  # the scenario exercises the shrink (vit flattens out early)
+    # Case (1) only: a job whose restart would eat the gain is not shrunk.
+    young = replace(grown, attained_gpu_s=8 * 100.0)
+    assert "w" not in plan_round(Snapshot(0.0, (A800,), (young, waiting)), sched("rubick")).assignments
+
+
+def test_growth_into_free_gpus_waits_for_the_reconfiguration_rule():
+    alone = job("1", 2, "gpt2", 16, max_gpus=8)
+    fresh = run(alone, [("n0", 0), ("n0", 1)], 24, attained=2 * 100.0)
+    assert plan_round(Snapshot(0.0, (A800,), (fresh,)), sched("rubick")).assignments["1"].num_gpus == 2
+    old = run(alone, [("n0", 0), ("n0", 1)], 24, attained=2 * 1e5)
+    assert plan_round(Snapshot(0.0, (A800,), (old,)), sched("rubick")).assignments["1"].num_gpus == 8
+    # A waiting job starts at the best count at once (nothing to restart); Rubick-E never resizes.
+    assert plan_round(Snapshot(0.0, (A800,), (alone,)), sched("rubick")).assignments["1"].num_gpus == 8
+    assert plan_round(Snapshot(0.0, (A800,), (alone,)), sched("rubick-e")).assignments["1"].num_gpus == 2
+
+
+def test_rubick_e_changes_plans_rubick_r_and_n_never_do():
+    j = job("1", 4, "bert", 32, max_gpus=8, plan=OFFLOAD_GC)
+    snap = Snapshot(0.0, (A800,), (j,))
+    chosen = plan_from_mapping(plan_round(snap, sched("rubick-e")).assignments["1"].plan)
+    assert not chosen.offload_optimizer  # ZeRO-Offload + GC is slow where memory is plentiful
+    for name in ("rubick-r", "rubick-n", "sia"):
+        kept = plan_from_mapping(plan_round(snap, sched(name)).assignments["1"].plan)
+        assert kept.offload_optimizer and kept.activation_checkpointing and kept.zero_stage == 2
+
+
+def test_an_offload_job_takes_idle_cpus_when_they_pay():
+    j = job("1", 2, "llama7", 8, max_gpus=4, plan={"zero_stage": 2, "offload_optimizer": True})
+    snap = Snapshot(0.0, (Node("n0", 8, "a800", 16, 1600.0),), (j,))
+    a = plan_round(snap, sched("rubick-r")).assignments["1"]
+    assert a.cpus > 2 * a.num_gpus  # 2 CPUs per GPU is the share; the optimizer step runs on the CPU
+    b = plan_round(snap, sched("rubick-r", cpus=False)).assignments["1"]
+    assert b.cpus == 2 * b.num_gpus
+
+
+def test_bad_options_are_config_errors():
+    with pytest.raises(ConfigError, match="threshold"):
+        sched("rubick", threshold=1.5)
+    with pytest.raises(ConfigError, match="restart_cost_s"):
+        sched("rubick", restart_cost_s=-1)
+    with pytest.raises(ConfigError, match="unknown"):
+        sched("rubick", typo=1)

@@ -1,0 +1,165 @@
+"""Invariants of the Rubick presets (rubick, rubick-e/-r/-n, sia, antman) on random snapshots.
+
+The snapshots use the models the plan pricer knows (Rubick's artifact), global batches,
+submitted and candidate plans, elastic demands, tenants with quotas and guaranteed jobs, on
+a homogeneous A800 cluster (the guarantee is stated for the resources the job asked for on
+this cluster's nodes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner import plan_round
+from planner.config import PRESETS, Tenant, build_scheduler
+from planner.execplan import plan_from_mapping, replan
+from planner.model import Assignment, Job, JobState, Node, Snapshot
+from planner.policies.rubick.allocation import may_reconfigure
+from planner.policies.rubick.curves import job_curve
+from planner.policies.rubick.policy import privileged, rubick_usage, shared_book
+from planner.validate import plan_violations
+from tests.planner.test_pipeline_properties import _next_round
+
+RUBICK = ("rubick", "rubick-e", "rubick-r", "rubick-n", "sia", "antman")
+GUARANTEEING = ("rubick", "rubick-e", "rubick-r", "rubick-n")
+TENANTS = (Tenant("a", 8), Tenant("b", 4))
+BATCH = {"bert": 32, "gpt2": 16, "t5": 16, "roberta": 64, "vit": 64, "llama7": 8, "mystery": 32}
+PLANS = [
+    None,
+    {"zero_stage": 2},
+    {"zero_stage": 2, "offload_optimizer": True},
+    {"activation_checkpointing": True},
+]
+RESTART_S = 30.0  # the rubick stage's default restart cost
+
+
+def schedulers(name: str):
+    return build_scheduler(replace(PRESETS[name], tenants=TENANTS))
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> Snapshot:
+    count = draw(st.integers(1, 3))
+    nodes = tuple(Node(f"n{i}", 8, "a800", 96, 1600.0) for i in range(count))
+    free = {n.name: list(range(8)) for n in nodes}
+    jobs = []
+    for j in range(draw(st.integers(0, 10))):
+        model = draw(st.sampled_from(sorted(BATCH)))
+        g = draw(st.sampled_from([1, 2, 4, 8]))
+        elastic = draw(st.booleans())
+        guaranteed = draw(st.booleans())
+        job = Job(
+            id=str(j),
+            num_gpus=g,
+            model=model,
+            submit_time_s=float(draw(st.integers(0, 500))),
+            batch_size=BATCH[model],
+            plan=draw(st.sampled_from(PLANS)),
+            candidate_plans=tuple(draw(st.lists(st.sampled_from(PLANS[1:]), max_size=2, unique_by=str))),
+            tenant=draw(st.sampled_from([None, "a", "b", "c"])) if guaranteed else None,
+            guaranteed=guaranteed,
+            min_gpus=draw(st.integers(1, g)) if elastic else None,
+            max_gpus=draw(st.sampled_from([g, 2 * g, 8])) if elastic and g <= 8 else None,
+            attained_gpu_s=float(draw(st.sampled_from([0, 100, 5000, 200000]))),
+            restarts=draw(st.integers(0, 3)),
+        )
+        if job.max_gpus is not None and job.max_gpus < g:
+            job = replace(job, max_gpus=g)
+        if draw(st.booleans()):
+            node = next((n for n in nodes if len(free[n.name]) >= g), None)
+            if node is not None:
+                slots = tuple((node.name, k) for k in free[node.name][:g])
+                free[node.name] = free[node.name][g:]
+                job = replace(
+                    job, state=JobState.RUNNING, assignment=Assignment(slots, 12 * g, 200.0 * g, job.plan)
+                )
+        jobs.append(job)
+    return Snapshot(time_s=1000.0, nodes=nodes, jobs=tuple(jobs))
+
+
+def _throughput(snapshot: Snapshot, job: Job, a: Assignment) -> float | None:
+    curve = job_curve(shared_book(), job, snapshot, True)
+    assert curve is not None
+    plan = replan(plan_from_mapping(a.plan), a.num_gpus, curve.batch)
+    t = shared_book().pricer.iteration_time_s(job.model, plan, len(a.nodes), a.cpus / a.num_gpus)
+    return None if t is None else curve.batch / t
+
+
+@settings(max_examples=40, deadline=None)
+@given(snapshots(), st.sampled_from(RUBICK))
+def test_plans_are_valid_within_bounds_and_keep_the_global_batch(snapshot, name):
+    sched = schedulers(name)
+    plan = plan_round(snapshot, sched)
+    assert plan_violations(snapshot, plan, sched.max_jobs_per_gpu) == []
+    jobs = {j.id: j for j in snapshot.jobs}
+    for job_id, a in plan.assignments.items():
+        job = jobs[job_id]
+        assert job.accepts_gpus(a.num_gpus), (job_id, a.num_gpus, job.gpu_range)
+        if not job.elastic:
+            assert a.num_gpus == job.num_gpus
+        if a.plan is not None and "dp" in a.plan:
+            p = plan_from_mapping(a.plan)
+            assert p.world_size == a.num_gpus
+            assert p.global_batch == job.batch_size
+
+
+@settings(max_examples=40, deadline=None)
+@given(snapshots(), st.sampled_from(GUARANTEEING))
+def test_a_guaranteed_job_within_quota_never_runs_below_its_submitted_plan(snapshot, name):
+    plan = plan_round(snapshot, schedulers(name))
+    book = shared_book()
+    curves = {j.id: job_curve(book, j, snapshot, name in ("rubick", "rubick-e")) for j in snapshot.jobs}
+    quotas = {t.name: t.gpu_quota for t in TENANTS}
+    chosen = privileged(snapshot.jobs, quotas, rubick_usage(curves))
+    for job in snapshot.jobs:
+        a = plan.assignments.get(job.id)
+        curve = curves[job.id]
+        if job.id not in chosen or a is None or curve is None or curve.target is None:
+            continue
+        got = _throughput(snapshot, job, a)
+        assert got is not None and got >= curve.target * (1 - 1e-6), (job.id, got, curve.target, a)
+
+
+@settings(max_examples=40, deadline=None)
+@given(snapshots(), st.sampled_from((*GUARANTEEING, "antman")))
+def test_quotas_hold(snapshot, name):
+    book = shared_book()
+    curves = {j.id: job_curve(book, j, snapshot, True) for j in snapshot.jobs}
+    quotas = {t.name: t.gpu_quota for t in TENANTS}
+    usage = rubick_usage(curves) if name != "antman" else (lambda j: j.num_gpus)
+    chosen = privileged(snapshot.jobs, quotas, usage)
+    for tenant, quota in quotas.items():
+        assert sum(usage(j) for j in snapshot.jobs if j.id in chosen and j.tenant == tenant) <= quota
+    assert all(j.guaranteed and j.tenant in quotas for j in snapshot.jobs if j.id in chosen)
+    # Privileged jobs rank above every other job, so the placement preempts best-effort ones first.
+    order = list(plan_round(snapshot, schedulers(name)).order)
+    ranks = [order.index(j) for j in chosen]
+    others = [order.index(j.id) for j in snapshot.jobs if j.id not in chosen]
+    assert max(ranks, default=-1) < min(others, default=len(order))
+
+
+@settings(max_examples=40, deadline=None)
+@given(snapshots(), st.sampled_from(("rubick", "rubick-e", "rubick-r", "sia")))
+def test_no_running_job_is_reconfigured_for_a_gain_its_restart_eats(snapshot, name):
+    plan = plan_round(snapshot, schedulers(name))
+    for job in snapshot.jobs:
+        new = plan.assignments.get(job.id)
+        old = job.assignment
+        if not job.is_running or new is None or old is None or not set(old.gpus) <= set(new.gpus):
+            continue  # stopped, moved or shrunk (the placement's or a guarantee's doing)
+        grown = new.num_gpus > old.num_gpus
+        if grown or new.plan != old.plan or new.cpus > old.cpus:
+            assert may_reconfigure(job, RESTART_S), (job.id, old, new)
+
+
+@settings(max_examples=30, deadline=None)
+@given(snapshots(), st.sampled_from(RUBICK))
+def test_deterministic_and_replanning_an_applied_plan_changes_nothing(snapshot, name):
+    first = plan_round(snapshot, schedulers(name))
+    assert plan_round(snapshot, schedulers(name)).assignments == first.assignments
+    second = plan_round(_next_round(snapshot, first), schedulers(name))
+    assert second.assignments == first.assignments
+    assert second.preempted == second.migrated == second.started == second.reshaped == ()

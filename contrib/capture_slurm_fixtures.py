@@ -4,17 +4,22 @@
 Brings up a private test cluster (accounting on), puts jobs and nodes into the states
 the parsers must handle (running with GPU indices, held, requeued, BadConstraints,
 completing, another partition, a drained and a down node) and saves what ``squeue
---json``, ``sinfo --json``, ``scontrol show job/node -o`` and ``sacct`` print. Run as
-root: ``.venv/bin/python contrib/capture_slurm_fixtures.py``.
+--json``, ``sinfo --json``, ``scontrol show job/node -o`` and ``sacct`` print; then one
+moment of a second queue as both ``squeue --json`` and the ``squeue --Format`` text the
+controller reads (:func:`capture_pair`). Run as root:
+``.venv/bin/python contrib/capture_slurm_fixtures.py`` (``--pair-only``: the second part alone).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from slurm_plugin.slurm import commands, parse
+from slurm_plugin.slurm.backend import DETAIL_STATES
 from slurm_plugin.slurm.runner import run
 from slurm_plugin.testcluster import lifecycle
 from slurm_plugin.testcluster.shapes import shape_named
@@ -22,15 +27,86 @@ from slurm_plugin.testcluster.shapes import shape_named
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "slurm"
 
 
-def main() -> int:
+PAIR_SEPARATOR = "~mosaic-fixture-separator~"
+"""The separator ``squeue_format.txt`` was printed with (the controller draws a random one per call)."""
+
+
+def main(argv: list[str]) -> int:
+    """All fixtures; ``--pair-only``: only the squeue --json / --Format pair (a homogeneous cluster)."""
+    pair_only = "--pair-only" in argv
     with tempfile.TemporaryDirectory(prefix="mosaic-capture-") as tmp:
-        cluster = lifecycle.up(shape_named("hetero", accounting=True), Path(tmp) / "c")
+        shape = shape_named("homogeneous") if pair_only else shape_named("hetero", accounting=True)
+        cluster = lifecycle.up(shape, Path(tmp) / "c")
         env = cluster.env
         try:
-            capture(env)
+            if not pair_only:
+                capture(env)
+            capture_pair(env)
         finally:
             lifecycle.down(cluster.layout.root)
     return 0
+
+
+HOSTILE_NAME = "evil|name\n   JOB_GRES=gpu:1\n     Nodes=n1 CPU_IDs=0 Mem=1 GRES=gpu:1(IDX:3)\nJobName=x"
+HOSTILE_COMMENT = f'a|b\nc{PAIR_SEPARATOR[:-1]} %k \\t (null) "q" ünï\n'
+
+
+def capture_pair(env: dict[str, str]) -> None:
+    """One moment of the queue as ``squeue --json``, ``squeue --Format`` (what the controller
+    reads) and ``scontrol -d show job`` of each running job, for the test that both parsers
+    agree: running (one and two nodes, memory per CPU, a name that fakes scontrol's GPU
+    lines), held, requeued, BadConstraints, another partition, CPU-only, completing, ended,
+    hostile names and comments, an array, and task layouts."""
+    run(["scancel", "--user=root"], env=env, check=False)
+    time.sleep(1)
+    w = ["--wrap", "sleep 300"]
+    held = [
+        sbatch(env, "--hold", "-J", "mem0", "--gres=gpu:1", "--mem=0", *w),
+        sbatch(env, "--hold", "-J", "nomem", "--gres=gpu:1", *w),
+        sbatch(env, "--hold", "-J", "tpn", "-N", "2", "--ntasks-per-node=2", "--gres=gpu:1", "--mem=1G", *w),
+        sbatch(env, "--hold", "-J", "gpt", "-n", "2", "--gpus-per-task=1", "--mem-per-cpu=300", *w),
+        sbatch(env, "--hold", "-J", "gpus", "--gpus=2", "-c", "3", "--mem=2G", *w),
+        sbatch(env, "--hold", "-J", "cw", "-C", "a100", "-w", "n3", "--gres=gpu:1", *w),
+        sbatch(env, "--hold", "-J", HOSTILE_NAME, f"--comment={HOSTILE_COMMENT}", "--gres=gpu:1", *w),
+        sbatch(env, "--hold", "-J", "arr", "--array=0-2", "--gres=gpu:1", *w),
+    ]
+    run(["scontrol", "update", f"JobId={held[-1]}_1", "Comment=split"], env=env)  # splits one task out
+    started = [
+        sbatch(env, "-J", "r2node", "-N", "2", "--gres=gpu:1", "-c", "2", "--mem=2G", *w),
+        sbatch(env, "-J", "rpcpu", "--gres=gpu:1", "-c", "3", "--mem-per-cpu=700", *w),
+        sbatch(env, "-J", HOSTILE_NAME, "--gres=gpu:2", "-c", "1", "--mem=1G", "--comment=mosaic:{}", *w),
+        sbatch(env, "-J", "rq", "--gres=gpu:1", "-c", "1", "--mem=1G", *w),
+        sbatch(env, "-J", "bad", "--gres=gpu:1", "-c", "1", "--mem=1G", *w),
+        sbatch(env, "-J", "cg", "--gres=gpu:1", "-c", "1", "--mem=1G", "--wrap", "trap '' TERM; sleep 300"),
+        sbatch(env, "-J", "ended", "--gres=gpu:1", "-c", "1", "--mem=1G", "--wrap", "true"),
+        sbatch(env, "-J", "gpt-run", "-n", "2", "--gpus-per-task=1", "--mem-per-cpu=300", *w),
+    ]
+    sbatch(env, "-p", "other", "-J", "other", "--gres=gpu:1", "-c", "1", "--mem=1G", *w)
+    sbatch(env, "-p", "other", "-J", "cpuonly", "-c", "2", "--mem=1G", *w)
+    r2node, rpcpu, hostile, rq, bad, cg, _ended, gpt_run = started
+    ids = ",".join(started)
+    run(["scontrol", "update", f"JobId={ids}", "StartTime=now"], env=env)
+    run(["scontrol", "release", ids], env=env)
+    wait_running(env, [r2node, rpcpu, hostile, rq, bad, cg, gpt_run])
+    run(["scontrol", "requeuehold", f"{rq},{bad}"], env=env)
+    time.sleep(1)
+    run(["scontrol", "update", f"JobId={bad}", "Gres=gpu:5", "StartTime=now"], env=env)
+    run(["scontrol", "release", bad], env=env)
+    time.sleep(2)  # a scheduler pass marks the impossible job BadConstraints
+    run(["scancel", cg], env=env)
+    time.sleep(0.5)
+    fmt_env = {**env, **commands.SQUEUE_TEXT_ENV}
+    text = run(commands.squeue_text(PAIR_SEPARATOR), env=fmt_env).stdout
+    doc = run(["squeue", "--json"], env=env).stdout
+    details = {
+        j.id: run(commands.job_detail(j.id), env=env).stdout
+        for j in parse.parse_squeue_text(text, PAIR_SEPARATOR)
+        if j.state in DETAIL_STATES and j.nodes
+    }
+    save("squeue_format.txt", text)
+    save("squeue_pair.json", doc)
+    save("scontrol_detail.json", json.dumps(details, indent=1, ensure_ascii=False) + "\n")
+    print(f"captured the squeue pair ({len(details)} running jobs) into {OUT}", file=sys.stderr)
 
 
 def sbatch(env: dict[str, str], *args: str) -> str:
@@ -103,4 +179,4 @@ def save(name: str, text: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

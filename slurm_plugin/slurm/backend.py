@@ -77,17 +77,20 @@ class CliSlurm:
         jobs = parse.parse_squeue_text(text, separator)
         running = {j.id: j for j in jobs if j.state in DETAIL_STATES and j.nodes}
         fresh = [j for j in running.values() if _run_key(j) not in self._indices]
-        if len(fresh) > DETAIL_CALLS_MAX:
+        if 0 < len(fresh) <= DETAIL_CALLS_MAX:
+            with ThreadPoolExecutor(max_workers=min(8, len(fresh))) as pool:
+                found = list(pool.map(self._job_indices, fresh))
+            for j, indices in zip(fresh, found, strict=True):
+                if indices is not None:
+                    self._indices[_run_key(j)] = indices
+            # scontrol showed no GRES line for each node: what --json says.
+            fresh = [j for j, indices in zip(fresh, found, strict=True) if indices is None]
+        if fresh:
             by_id = {j.id: j for j in self.jobs_json()}
             for j in fresh:
                 seen = by_id.get(j.id)
                 if seen is not None and _run_key(seen) == _run_key(j):
                     self._indices[_run_key(j)] = seen.gpu_indices
-        elif fresh:
-            with ThreadPoolExecutor(max_workers=min(8, len(fresh))) as pool:
-                for j, indices in zip(fresh, pool.map(self._job_indices, fresh), strict=True):
-                    if indices is not None:
-                        self._indices[_run_key(j)] = indices
         self._indices = {key: v for key, v in self._indices.items() if key[0] in running}
         return [
             replace(j, gpu_indices=self._indices.get(_run_key(j), ())) if j.id in running else j for j in jobs
@@ -98,14 +101,16 @@ class CliSlurm:
         return parse.parse_squeue_json(self._run(commands.squeue_json()))
 
     def _job_indices(self, job: parse.SlurmJob) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
-        """The job's GPU indices per node; ``None`` when it ended before ``scontrol`` looked."""
+        """The job's GPU indices per node; ``None`` where scontrol's output has no GRES line for
+        each of the job's nodes."""
         try:
             text = self._run(commands.job_detail(job.id))
         except SlurmCommandError as e:
             if "Invalid job id" in e.stderr:
-                return None
+                return ()  # it ended since squeue looked: no GPUs to place
             raise
-        return parse.with_gres_detail(job, parse.parse_scontrol_gres_detail(text, job)).gpu_indices
+        details = parse.parse_scontrol_gres_detail(text, job)
+        return None if details is None else parse.with_gres_detail(job, details).gpu_indices
 
     def nodes(self) -> list[parse.SlurmNode]:
         return parse.parse_sinfo_json(self._run(commands.sinfo_json()))

@@ -1,4 +1,5 @@
-"""Slurm's view -> the planner's :class:`~planner.model.Snapshot` (pure, plus one I/O helper).
+"""Slurm's view -> the planner's :class:`~planner.model.Snapshot` (pure, plus one I/O helper;
+pending jobs' planner records are cached between calls: :class:`_PendingJobs`).
 
 * Nodes: those of the managed partitions that are usable (down, drained, draining or
   failing nodes are not capacity); the GPU type is the node feature that names one
@@ -99,6 +100,7 @@ def build_observation(
     mem_taken: dict[str, float] = {}
     jobs: list[Job] = []
     managed: dict[str, SlurmJob] = {}
+    layouts: dict[str, TaskLayout] = {}
     finished: list[str] = []
     for sj in slurm_jobs:
         if sj.partition not in partitions:
@@ -126,8 +128,16 @@ def build_observation(
                 jobs.append(pinned)
             continue
         managed[sj.id] = sj
+        record = records.get(sj.id)
+        if sj.state == "PENDING" and record is not None:
+            job, layout = _pending.get(sj, record, config)
+            jobs.append(job)
+            layouts[sj.id] = layout
+            continue
         plan = (current_plans or {}).get(sj.id)
-        jobs.append(_managed_job(sj, records.get(sj.id), usable, config, now, plan))
+        jobs.append(_managed_job(sj, record, usable, config, now, plan))
+        layouts[sj.id] = task_layout(sj, record)
+    _pending.keep(managed)
     nodes = tuple(
         Node(
             name=n.name,
@@ -142,8 +152,39 @@ def build_observation(
     # indices are assumed (no gres_detail yet) must not look like a partner of another.
     on_shards = {sj.id for sj in managed.values() if sj.shards_per_node and sj.gpu_indices}
     snapshot = Snapshot(time_s=now, nodes=nodes, jobs=with_partners(jobs, on_shards))
-    layouts = {job_id: task_layout(sj, records.get(job_id)) for job_id, sj in managed.items()}
     return Observation(now, snapshot, managed, usable, tuple(finished), layouts)
+
+
+class _PendingJobs:
+    """The planner's view of each pending managed job, reused while its inputs are unchanged.
+
+    A pending job's :class:`Job` and layout depend only on its Slurm record, its state-store
+    record and the config (not on the time, the nodes or a plan file), and at thousands of
+    queued jobs rebuilding each one every tick costs seconds. Reused only when Slurm's record
+    is equal and the store's record and the config are the very objects used last time (the
+    store hands back the same record for a row that has not changed): the same inputs, the
+    same output, as a pure function's cache.
+    """
+
+    def __init__(self) -> None:
+        self.seen: dict[str, tuple[SlurmJob, JobRecord, ControllerConfig, Job, TaskLayout]] = {}
+
+    def get(self, sj: SlurmJob, record: JobRecord, config: ControllerConfig) -> tuple[Job, TaskLayout]:
+        hit = self.seen.get(sj.id)
+        if hit is not None and hit[1] is record and hit[2] is config and hit[0] == sj:
+            return hit[3], hit[4]
+        job = _managed_job(sj, record, {}, config, 0.0, None)
+        layout = task_layout(sj, record)
+        self.seen[sj.id] = (sj, record, config, job, layout)
+        return job, layout
+
+    def keep(self, managed: Collection[str]) -> None:
+        """Forget jobs no longer managed (ended, or seen by another observer)."""
+        if len(self.seen) > len(managed):
+            self.seen = {job_id: v for job_id, v in self.seen.items() if job_id in managed}
+
+
+_pending = _PendingJobs()
 
 
 def with_partners(jobs: Sequence[Job], on_shards: Collection[str]) -> tuple[Job, ...]:

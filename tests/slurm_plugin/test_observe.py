@@ -119,3 +119,31 @@ def test_elastic_directives_reach_the_snapshot_and_a_bad_range_leaves_the_job_ri
     assert (jobs[good.id].min_gpus, jobs[good.id].max_gpus, jobs[good.id].gpu_types) == (1, 8, ("a100",))
     assert (jobs["99"].min_gpus, jobs["99"].max_gpus, jobs["99"].elastic) == (None, None, False)
     assert "job 99: min_gpus" in caplog.text
+
+
+def test_pending_jobs_follow_every_change_of_their_inputs(slurm):
+    """Pending jobs' planner records are reused between ticks only while nothing they come
+    from changed: Slurm's record, the store's record, the config."""
+    from dataclasses import replace
+
+    jobs, nodes = slurm
+    held = next(j for j in jobs if j.name == "held")
+    record = _record(held.id, meta={"model": "resnet50", "duration_s": 600})
+    first = build_observation(2e9, jobs, nodes, {held.id: record}, CONFIG)
+    again = build_observation(2e9 + 60, jobs, nodes, {held.id: record}, CONFIG)
+    assert first.snapshot.jobs == again.snapshot.jobs and first.layouts == again.layouts
+
+    def pending(obs):
+        return next(j for j in obs.snapshot.jobs if j.id == held.id)
+
+    assert pending(again).model == "resnet50"
+    served = replace(record, attained_gpu_s=7200.0, meta={"model": "bert"})
+    assert (pending(build_observation(2e9, jobs, nodes, {held.id: served}, CONFIG)).attained_gpu_s) == 7200.0
+    assert pending(build_observation(2e9, jobs, nodes, {held.id: served}, CONFIG)).model == "bert"
+    later = [replace(j, submit_time=j.submit_time + 5) if j.id == held.id else j for j in jobs]
+    moved = pending(build_observation(2e9, later, nodes, {held.id: served}, CONFIG))
+    assert moved.submit_time_s == held.submit_time + 5
+    bare = _record(held.id)
+    assert pending(build_observation(2e9, jobs, nodes, {held.id: bare}, CONFIG)).model == "unknown"
+    other = ControllerConfig(partitions=("gpu",), default_model="gpt2")
+    assert pending(build_observation(2e9, jobs, nodes, {held.id: bare}, other)).model == "gpt2"

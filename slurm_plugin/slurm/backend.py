@@ -61,6 +61,7 @@ class CliSlurm:
         self.env = dict(env or {})
         self.timeout_s = timeout_s
         self._indices: dict[RunKey, tuple[tuple[str, tuple[int, ...]], ...]] = {}
+        self._parsed: dict[tuple[str, ...], parse.SlurmJob] = {}  # parse_squeue_text's reuse
 
     def _run(self, argv: list[str], extra_env: Mapping[str, str] | None = None) -> str:
         env = {**self.env, **(extra_env or {})}
@@ -74,7 +75,7 @@ class CliSlurm:
         indices from one ``squeue --json`` instead."""
         separator = "~" + secrets.token_hex(12) + "~"
         text = self._run(commands.squeue_text(separator), commands.SQUEUE_TEXT_ENV)
-        jobs = parse.parse_squeue_text(text, separator)
+        jobs = parse.parse_squeue_text(text, separator, self._parsed)
         running = {j.id: j for j in jobs if j.state in DETAIL_STATES and j.nodes}
         fresh = [j for j in running.values() if _run_key(j) not in self._indices]
         if 0 < len(fresh) <= DETAIL_CALLS_MAX:

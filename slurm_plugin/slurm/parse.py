@@ -285,7 +285,9 @@ SQUEUE_FIELDS = (
 """What ``squeue --Format`` prints for each job (:func:`parse_squeue_text`), in this order."""
 
 
-def parse_squeue_text(text: str, separator: str) -> list[SlurmJob]:
+def parse_squeue_text(
+    text: str, separator: str, reuse: dict[tuple[str, ...], SlurmJob] | None = None
+) -> list[SlurmJob]:
     """``squeue --noheader --array --Format`` of :data:`SQUEUE_FIELDS`, each field followed by
     ``separator`` -> jobs by job id, as :func:`parse_squeue_json` reads them (but ``gpu_indices``,
     which squeue does not print: :func:`parse_scontrol_gres_detail`).
@@ -295,11 +297,16 @@ def parse_squeue_text(text: str, separator: str) -> list[SlurmJob]:
     be epoch seconds (``SLURM_TIME_FORMAT=%s``). ``--array`` prints each array task; tasks still
     sharing one record print its job id, and only the first is kept (``--json`` lists the record
     once). An empty comment and the comment ``(null)`` both read as empty.
+
+    ``reuse`` (the caller keeps it between calls) maps each record's fields to its job: a
+    record printed exactly as last time is not parsed again; it then holds this call's records.
     """
     if len(separator) < 8:
         raise SlurmParseError(f"squeue text: separator {separator!r} is too short to be unguessable")
     width = len(SQUEUE_FIELDS)
     jobs: dict[str, SlurmJob] = {}
+    known = reuse if reuse is not None else {}
+    current: dict[tuple[str, ...], SlurmJob] = {}
     records = text.split(separator + "\n")
     if records[-1].strip():
         raise SlurmParseError(f"squeue text: output ends inside a record: {records[-1][:80]!r}")
@@ -310,9 +317,16 @@ def parse_squeue_text(text: str, separator: str) -> list[SlurmJob]:
         job_id = cells[0].strip()
         if job_id in jobs:
             continue
-        if not job_id.isdigit():
-            raise SlurmParseError(f"squeue text: record {k}: JobID {job_id!r} is not a job id")
-        jobs[job_id] = _text_job(job_id, cells)
+        key = tuple(cells)
+        job = known.get(key)
+        if job is None:
+            if not job_id.isdigit():
+                raise SlurmParseError(f"squeue text: record {k}: JobID {job_id!r} is not a job id")
+            job = _text_job(job_id, cells)
+        jobs[job_id] = current[key] = job
+    if reuse is not None:
+        reuse.clear()
+        reuse.update(current)
     return sorted(jobs.values(), key=lambda j: int(j.id))
 
 

@@ -263,3 +263,15 @@ def test_backend_reads_indices_once_per_run(monkeypatch):
     cli = FakeCli()
     again = cli.jobs()
     assert cli.calls == ["squeue", "json"] and again == first
+
+
+def test_records_printed_as_before_are_not_parsed_again():
+    reuse: dict[tuple[str, ...], SlurmJob] = {}
+    first = parse_squeue_text(row() + row(JobID="43"), SEP, reuse)
+    again = parse_squeue_text(row() + row(JobID="43", PriorityLong="7"), SEP, reuse)
+    assert again[0] is first[0] and again[1] is not first[1]
+    assert (again[1].id, again[1].priority) == ("43", 7) and len(reuse) == 2
+    # A different separator prints the same record: still the same job.
+    other = "~fedcba9876543210~"
+    assert parse_squeue_text(row().replace(SEP, other), other, reuse)[0] is first[0]
+    assert len(reuse) == 1

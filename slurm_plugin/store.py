@@ -154,11 +154,20 @@ class Store:
             )
 
     def set_policy_state(self, states: Mapping[str, Mapping[str, Any]]) -> None:
-        with self.db:
-            self.db.executemany(
-                "UPDATE jobs SET policy_state = ? WHERE job_id = ?",
-                [(json.dumps(dict(s)), job_id) for job_id, s in states.items()],
-            )
+        """Write each job's policy state; a job whose row, as :meth:`jobs` last read it, holds
+        this very state is not written again (the controller hands every job's state back
+        each round, and most are unchanged)."""
+        rows = []
+        for job_id, state in states.items():
+            text = json.dumps(dict(state))
+            known = self._seen.get(job_id)
+            if known is None or known[0][_POLICY_STATE] != text:
+                rows.append((text, job_id))
+        if rows:
+            with self.db:
+                self.db.executemany("UPDATE jobs SET policy_state = ? WHERE job_id = ?", rows)
+            for _, job_id in rows:
+                self._seen.pop(job_id, None)  # what jobs() read of it is no longer the row
 
     def next_plan_version(self, job_id: str) -> int:
         with self.db:
@@ -254,6 +263,9 @@ class Store:
     def tick_counts(self) -> tuple[int, int]:
         row = self.db.execute("SELECT COUNT(*), COALESCE(SUM(1 - ok), 0) FROM ticks").fetchone()
         return int(row[0]), int(row[1])
+
+
+_POLICY_STATE = 7  # the jobs table's policy_state column (SCHEMA's order)
 
 
 def _job_record(row: tuple[Any, ...]) -> JobRecord:

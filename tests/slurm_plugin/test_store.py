@@ -67,3 +67,22 @@ def test_ticks_are_counted(tmp_path):
     store.log_tick(1.0, True, 1, None, 0.1)
     store.log_tick(2.0, False, None, "squeue timed out", 0.1)
     assert store.tick_counts() == (2, 1)
+
+
+def test_unchanged_rows_and_policy_states_follow_every_write(tmp_path):
+    store = Store(tmp_path / "s.db")
+    store.add_jobs([("1", 1, {"model": "a"}), ("2", 1, {})], 10.0)
+    first = store.jobs()
+    again = store.jobs()
+    assert again["1"] is first["1"]  # an unchanged row keeps its decoded record
+    store.set_policy_state({"1": {"queue": 1}, "2": {"queue": 0}})
+    assert store.jobs()["1"].policy_state == {"queue": 1}
+    store.set_policy_state({"1": {"queue": 1}, "2": {"queue": 2}})  # "1" unchanged: not rewritten
+    store.set_policy_state({"2": {"queue": 0}})  # back to what jobs() last read: still written
+    now = store.jobs()
+    assert (now["1"].policy_state, now["2"].policy_state) == ({"queue": 1}, {"queue": 0})
+    store.account({"1": (5.0, 0.5, 20.0, None)})
+    assert store.jobs()["1"].attained_gpu_s == 5.0
+    other = Store(tmp_path / "s.db")  # another process's write is seen too
+    other.set_policy_state({"1": {"queue": 9}})
+    assert store.jobs()["1"].policy_state == {"queue": 9}

@@ -77,6 +77,7 @@ class _Free:
     def __init__(self, snapshot: Snapshot, assignments: Mapping[str, Assignment]) -> None:
         taken = {slot for a in assignments.values() for slot in a.gpus}
         self.gpus = {n.name: [k for k in range(n.gpus) if (n.name, k) not in taken] for n in snapshot.nodes}
+        self.version = 0  # bumped whenever GPUs are given back
 
     def take(self, slots: Sequence[GpuSlot]) -> None:
         taken = set(slots)
@@ -84,6 +85,7 @@ class _Free:
             self.gpus[name] = [k for k in self.gpus[name] if (name, k) not in taken]
 
     def give(self, slots: Sequence[GpuSlot]) -> None:
+        self.version += 1
         for name, k in slots:
             self.gpus[name] = sorted([*self.gpus[name], k])
 
@@ -170,6 +172,12 @@ class _Work:
             privileged(ordered, stage.quotas, rubick_usage(curves)) if stage.guarantees else set()
         )
         self.floor = {j.id: self._floor(j) for j in ordered}
+        self._donors: dict[str, list[str]] | None = None  # node -> elastic single-node jobs
+        self._lowest: float | None = None  # lowest donor slope (a bound for case 1)
+        self._no_fit: dict[tuple[str, ...], tuple[int, int]] = {}  # types -> (version, failed count)
+        self._room_failed: dict[tuple[tuple[str, ...], int, bool], tuple[int, float]] = {}
+        self._version = 0  # bumped at every admission and every shrink
+        self._may_memo: dict[str, bool] = {}
 
     # -- demands ----------------------------------------------------------------------
     def _floor(self, job: Job) -> int:
@@ -198,10 +206,9 @@ class _Work:
     def _counts(self, job: Job, high: int, low: int) -> list[int]:
         """Counts in ``[low, high]`` (largest first) with a feasible plan (any count if unpriced)."""
         curve = self.curves[job.id]
-        counts = list(range(high, low - 1, -1))
         if curve is None:
-            return [g for g in counts if _own_plan(job, g) is not None]
-        return [g for g in counts if curve.best(g) is not None]
+            return [g for g in range(high, low - 1, -1) if _own_plan(job, g) is not None]
+        return curve.counts(high, low)
 
     # -- step 1: admission ------------------------------------------------------------
     def admit_waiting(self) -> None:
@@ -226,9 +233,17 @@ class _Work:
             self.assignments[job.id] = Assignment(slots, 0, 0.0, plan)
             self.outcomes[job.id] = Outcome.PLACED
             self.changed.add(job.id)
+            self._add_donor(job.id)
+            self._version += 1
 
     def _fit(self, job: Job, count: int) -> tuple[GpuSlot, ...] | None:
+        types = job.accepted_types
+        failed = self._no_fit.get(types)
+        if failed is not None and failed[0] == self.free.version and count >= failed[1]:
+            return None  # nothing was freed since this count failed for these types
         slots = _consolidated(self.snapshot, job, count, self.free)
+        if slots is None:
+            self._no_fit[types] = (self.free.version, count)
         if slots is None:
             return None
         curve = self.curves[job.id]
@@ -241,13 +256,22 @@ class _Work:
         (Algorithm 1 lines 10-22); ``None`` (nothing changed) if no node can make room."""
         below_min = job.id in self.privileged
         gain = self._slope(job, need)
+        donors = self._donor_index()
+        if not below_min and gain <= self._lowest_slope():
+            return None  # case (1) needs a donor with a lower slope than the job's
+        curve = self.curves[job.id]
+        if curve is not None and not self._meets(job, curve.best(need, 1)):
+            return None
+        # Whether a node can make room depends on the job only through the slope test, which a
+        # steeper job passes more easily: a failure holds for less steep jobs until state changes.
+        key = (job.accepted_types, need, below_min)
+        failed = self._room_failed.get(key)
+        if failed is not None and failed[0] == self._version and gain <= failed[1]:
+            return None
         for node in self.snapshot.nodes:
-            if not job.accepts_type(node.gpu_type) or node.gpus < need:
+            if not donors.get(node.name) or not job.accepts_type(node.gpu_type) or node.gpus < need:
                 continue
-            curve = self.curves[job.id]
-            if curve is not None and not self._meets(job, curve.best(need, 1)):
-                continue
-            cuts = self._cuts_on(node, job, need, gain, below_min)
+            cuts = self._cuts_on(node, need, gain, below_min)
             if cuts is None:
                 continue
             for donor, target in cuts:
@@ -255,43 +279,85 @@ class _Work:
                 self.free.give(a.gpus[target:])
                 self.assignments[donor] = Assignment(a.gpus[:target], a.cpus, a.mem_gb, a.plan, a.shares_with)
                 self.changed.add(donor)
+            self._lowest = None
+            self._version += 1
             return tuple((node.name, k) for k in self.free.gpus[node.name][:need])
+        self._room_failed[key] = (self._version, gain)
         return None
 
-    def _cuts_on(
-        self, node: Node, job: Job, need: int, gain: float, below_min: bool
-    ) -> list[tuple[str, int]] | None:
+    def _donor_index(self) -> dict[str, list[str]]:
+        if self._donors is None:
+            self._donors = {}
+            for j in self.assignments:
+                self._add_donor(j)
+        return self._donors
+
+    def _add_donor(self, job_id: str) -> None:
+        if self._donors is None:
+            return
+        a = self.assignments[job_id]
+        job = self.jobs.get(job_id)
+        if job is None or not job.elastic or len(a.per_node) != 1 or a.shares_with:
+            return
+        if self.curves[job_id] is None:
+            return
+        self._donors.setdefault(a.nodes[0], []).append(job_id)
+        self._lowest = None
+
+    def _lowest_slope(self) -> float:
+        if self._lowest is None:
+            slopes = [
+                self._slope(self.jobs[j], self.assignments[j].num_gpus)
+                for ids in self._donor_index().values()
+                for j in ids
+                if j not in self.privileged and self.assignments[j].num_gpus > self.floor[j]
+            ]
+            self._lowest = min(slopes, default=float("inf"))
+        return self._lowest
+
+    def _may(self, job_id: str) -> bool:
+        may = self._may_memo.get(job_id)
+        if may is None:
+            may = self._may_memo[job_id] = self.stage._may(self.jobs[job_id])
+        return may
+
+    def _step_down(self, donor: Job, gpus: int) -> int | None:
+        """The next count below ``gpus`` the donor may shrink to (not below its floor, nor, for a
+        privileged job, below its target); ``None``: none."""
+        curve = self.curves[donor.id]
+        assert curve is not None
+        for g in range(gpus - 1, self.floor[donor.id] - 1, -1):
+            p = curve.best(g, 1)
+            if p is not None and (donor.id not in self.privileged or self._meets(donor, p)):
+                return g
+        return None
+
+    def _cuts_on(self, node: Node, need: int, gain: float, below_min: bool) -> list[tuple[str, int]] | None:
         current: dict[str, int] = {}
-        for j, a in self.assignments.items():
-            donor = self.jobs.get(j)
-            if donor is None or not donor.elastic or a.nodes != (node.name,) or a.shares_with:
-                continue
-            if self.curves[j] is None or (j in self.privileged and not below_min):
+        for j in self._donor_index().get(node.name, ()):
+            if j in self.privileged and not below_min:
                 continue  # a privileged job gives GPUs only to another job's guarantee
-            current[j] = a.num_gpus
+            if not below_min and not self._may(j):
+                continue  # case (1): its restart would eat the gain
+            current[j] = self.assignments[j].num_gpus
         spare = len(self.free.gpus[node.name])
+        if spare + sum(g - self.floor[j] for j, g in current.items()) < need:
+            return None
         while spare < need:
             # GetLowestSlopeOverMinJob: the lowest slope of a next step down, above the floor.
             best: tuple[float, int, str, int] | None = None
             for j, g in current.items():
                 donor = self.jobs[j]
-                lower = self._counts(donor, g - 1, self.floor[j])
-                if j in self.privileged:  # never below its own target
-                    curve = self.curves[j]
-                    assert curve is not None
-                    lower = [c for c in lower if self._meets(donor, curve.best(c, 1))]
-                if not lower:
+                target = self._step_down(donor, g)
+                if target is None:
                     continue
-                slope = self._slope(donor, g)
-                key = (slope, -self.rank[j], j, lower[0])
+                key = (self._slope(donor, g), -self.rank[j], j, target)
                 if best is None or key < best:
                     best = key
             if best is None:
                 return None
             slope, _, donor_id, target = best
             if not (slope < gain or below_min):
-                return None
-            if not below_min and not self.stage._may(self.jobs[donor_id]):
                 return None
             spare += current[donor_id] - target
             current[donor_id] = target

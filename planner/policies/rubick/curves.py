@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from planner.execplan import ExecPlan, PlanError, plan_from_mapping, replan
@@ -62,6 +62,8 @@ class CurveBook:
         self._pricer: PlanPricer | None = None
         self._best: dict[tuple[Any, ...], Point | None] = {}
         self._plans: dict[tuple[Any, ...], list[ExecPlan]] = {}
+        self._curves: dict[tuple[Any, ...], JobCurve] = {}
+        self._known: dict[str, bool] = {}
 
     @property
     def pricer(self) -> PlanPricer:
@@ -70,7 +72,31 @@ class CurveBook:
         return self._pricer
 
     def knows(self, model: str) -> bool:
-        return self.pricer.model(model) is not None
+        known = self._known.get(model)
+        if known is None:
+            known = self._known[model] = self.pricer.model(model) is not None
+        return known
+
+    def curve(
+        self,
+        model: str,
+        batch: int,
+        space: Space,
+        own: Space,
+        gpn: int,
+        cpus: float,
+        requested: int,
+    ) -> JobCurve:
+        """The (memoised) curves of a job of this model, batch, plan space and request."""
+        key = (model, batch, space, own, gpn, cpus, requested)
+        found = self._curves.get(key)
+        if found is None:
+            draft = JobCurve(self, model, batch, space, own, gpn, cpus, requested, None)
+            point = draft.own_at(requested)
+            target = None if point is None else point.throughput
+            found = JobCurve(self, model, batch, space, own, gpn, cpus, requested, target)
+            self._curves[key] = found
+        return found
 
     def best(self, model: str, batch: int, space: Space, gpus: int, nodes: int, cpus: float) -> Point | None:
         """The fastest feasible plan of ``space`` on ``gpus`` GPUs over ``nodes`` nodes; ties: first."""
@@ -135,6 +161,7 @@ class JobCurve:
     requested: int
     target: float | None
     """Throughput of the submitted plan on the requested GPUs; ``None``: it does not fit memory."""
+    _memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, compare=False, repr=False)
 
     def best(self, gpus: int, nodes: int | None = None, cpus: float | None = None) -> Point | None:
         nodes = layout(gpus, self.gpus_per_node) if nodes is None else nodes
@@ -151,6 +178,14 @@ class JobCurve:
         c = self.cpus_per_gpu if cpus is None else cpus
         return self.book.best(self.model, self.batch, self.own, gpus, nodes, c)
 
+    def counts(self, high: int, low: int) -> list[int]:
+        """Counts in ``[low, high]``, largest first, with a feasible plan (memoised)."""
+        key = ("counts", high, low)
+        if key not in self._memo:
+            self._memo[key] = [g for g in range(high, low - 1, -1) if self.best(g) is not None]
+        value: list[int] = self._memo[key]
+        return value
+
     def throughput(self, gpus: int) -> float:
         p = self.best(gpus)
         return 0.0 if p is None else p.throughput
@@ -165,6 +200,13 @@ class JobCurve:
     def gpu_slope(self, gpus: int) -> float:
         """Normalised throughput gained per GPU by the last step up to ``gpus`` (from the largest
         count below it with a feasible plan, or from nothing)."""
+        key = ("gpu_slope", gpus)
+        if key not in self._memo:
+            self._memo[key] = self._gpu_slope(gpus)
+        value: float = self._memo[key]
+        return value
+
+    def _gpu_slope(self, gpus: int) -> float:
         here = self.throughput(gpus)
         below = next((g for g in range(gpus - 1, 0, -1) if self.best(g) is not None), 0)
         there = self.throughput(below) if below else 0.0
@@ -181,6 +223,13 @@ class JobCurve:
     def min_gpus(self, low: int) -> int:
         """Rubick's ``minRes`` in GPUs (§5.2): the fewest GPUs in ``[low, requested]`` whose best plan
         reaches the target; the requested count when none does (or the target is unknown)."""
+        key = ("min_gpus", low)
+        if key not in self._memo:
+            self._memo[key] = self._min_gpus(low)
+        value: int = self._memo[key]
+        return value
+
+    def _min_gpus(self, low: int) -> int:
         if self.target is None:
             return self.requested
         for g in range(low, self.requested + 1):
@@ -236,7 +285,4 @@ def job_curve(
     else:
         space = given(plan)
     gpn, cpus = node_shape(snapshot, job.accepted_types, shapes)
-    curve = JobCurve(book, job.model, batch, space, submitted, gpn, cpus, job.num_gpus, None)
-    own = curve.own_at(job.num_gpus)
-    target = None if own is None else own.throughput
-    return JobCurve(book, job.model, batch, space, submitted, gpn, cpus, job.num_gpus, target)
+    return book.curve(job.model, batch, space, submitted, gpn, cpus, job.num_gpus)

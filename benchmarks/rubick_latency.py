@@ -89,7 +89,9 @@ def busy_snapshot(n_jobs: int) -> Snapshot:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--jobs", type=int, default=2048)
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args()

@@ -44,7 +44,9 @@ class Ordering(Protocol):
     ties broken by submit time and then job id; depends on nothing but the snapshot.
     A stateful policy returns jobs with an updated ``policy_state`` (the plan carries it
     back to the world); all other fields are unchanged. ``preemptive_by_default`` says
-    whether the policy, as published, preempts.
+    whether the policy, as published, preempts. An ordering may read the tenants' GPU quotas
+    (``StageContext.tenants``): Rubick and AntMan rank a tenant's guaranteed jobs within its
+    quota ("privileged") above every other job, so the placement preempts best-effort jobs first.
     """
 
     preemptive_by_default: ClassVar[bool]
@@ -104,6 +106,10 @@ class Reconfiguration(Protocol):
       equal to its GPUs, its global batch unchanged;
     * per node, no GPU beyond ``max_jobs_per_gpu`` jobs, CPUs and memory within the node's;
       jobs keep the draft's priority order in ``assignments``;
+    * a waiting job (a rigid one at ``num_gpus``) may be admitted on free GPUs or on GPUs the
+      stage takes back from elastic jobs above their minimum;
+    * a privileged guaranteed job (see :class:`Ordering`) is never given resources on which its
+      best plan runs slower than its submitted plan on the GPUs it asked for (Rubick §5.1);
     * deterministic; re-planning the plan it produced (applied) changes nothing.
     """
 

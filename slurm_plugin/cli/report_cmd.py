@@ -7,10 +7,11 @@ import json
 import time
 from pathlib import Path
 
+from planner.config import tenants_from_list
 from planner.metrics import jobs_csv
 from slurm_plugin.cli.controller_cmd import _live_args, load_config
 from slurm_plugin.cli.sim_cmd import format_summary
-from slurm_plugin.files import write_atomic, write_json
+from slurm_plugin.files import read_toml, write_atomic, write_json
 from slurm_plugin.report import Report, build_report, summary
 from slurm_plugin.slurm.backend import CliSlurm
 from slurm_plugin.store import Store
@@ -36,6 +37,18 @@ def add_parser(
     p.set_defaults(run=run)
 
 
+def _quotas(path: str | None) -> dict[str, float] | None:
+    """GPU quota per tenant from the config's ``[[tenants]]`` (or ``[[scheduler.tenants]]``)."""
+    if not path:
+        return None
+    document = read_toml(path)
+    scheduler = document.get("scheduler")
+    items = document.get("tenants", scheduler.get("tenants") if isinstance(scheduler, dict) else None)
+    if items is None:
+        return None
+    return {t.name: float(t.gpu_quota) for t in tenants_from_list(items, f"{path}: tenants")}
+
+
 def run(args: argparse.Namespace) -> int:
     config = load_config(args)
     client = CliSlurm(config.slurm_env, timeout_s=max(config.command_timeout_s, 120.0))
@@ -49,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         cluster_cpus=sum(n.cpus for n in nodes),
         decision_times_s=decisions,
         end_time_s=now,
+        quotas=_quotas(args.config),
     )
     doc["since"], doc["until"] = args.since, args.until
     doc["partitions"] = list(config.partitions)

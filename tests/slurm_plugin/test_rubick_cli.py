@@ -91,3 +91,17 @@ def test_report_reads_tenant_and_guaranteed_from_the_comment():
     vision = doc["tenants"]["vision"]
     assert (vision["jobs"], vision["avg_jct_s"], vision["gpu_s"]) == (2, 120.0, 2 * 60.0 + 2 * 180.0)
     assert vision["quota_use"] == 2 * 60.0 / (4 * 180.0)  # the guaranteed job's GPU-s over quota x makespan
+
+
+def test_report_takes_the_quotas_from_the_config(tmp_path):
+    from slurm_plugin.cli.report_cmd import _quotas
+
+    top = tmp_path / "a.toml"
+    top.write_text('[[tenants]]\nname = "tenant-a"\ngpu_quota = 64\n')
+    nested = tmp_path / "b.toml"
+    nested.write_text('[scheduler]\npreset = "rubick"\n[[scheduler.tenants]]\nname = "x"\ngpu_quota = 8\n')
+    bare = tmp_path / "c.toml"
+    bare.write_text("[controller]\n")
+    assert _quotas(str(top)) == {"tenant-a": 64.0}
+    assert _quotas(str(nested)) == {"x": 8.0}
+    assert _quotas(str(bare)) is None and _quotas(None) is None

@@ -13,6 +13,12 @@ GPUs are still free when its turn comes keeps them. To make that likely, GPUs he
 running jobs not yet visited are *reserved*: a higher-priority job takes free,
 unreserved GPUs first and displaces running jobs only when nothing else fits, and then
 the lowest-priority ones, so a preemption does not cascade into a chain of moves.
+
+Cost: a simulation at twice a cluster's capacity has thousands of pending jobs, few of
+which can start in a round. The board keeps, per GPU type, an upper bound on any node's
+free GPUs (free counts only fall during a walk), so a job that cannot fit is told why
+in constant time, and the answer for a demand (GPU count, accepted types) is reused
+until a GPU is taken again. Outcomes are exactly those of the full search.
 """
 
 from __future__ import annotations
@@ -51,6 +57,13 @@ class _Board:
         self.free_by_type = {t: sum(nodes[i].gpus for i in idx) for t, idx in self.groups.items()}
         self.capacity_by_type = dict(self.free_by_type)
         self.largest_by_type = {t: max(nodes[i].gpus for i in idx) for t, idx in self.groups.items()}
+        # An upper bound on n_free over each type's nodes: n_free only falls, so the bound
+        # stays one; it is made exact when a job's count would pass it (see fits_one_node).
+        self.max_free_bound = dict(self.largest_by_type)
+        self.version = 0  # bumped whenever a GPU is taken: a failed search's answer holds until then
+        self.failed: dict[tuple[int, tuple[str, ...]], Outcome] = {}  # valid at failed_version
+        self.failed_version = 0
+        self.demands: dict[tuple[int, tuple[str, ...]], _Demand] = {}
 
     # -- bookkeeping -------------------------------------------------------------------
     def slots_of(self, assignment: Assignment) -> list[tuple[int, int]] | None:
@@ -79,6 +92,7 @@ class _Board:
                     self.n_open[i] += 1
 
     def claim(self, coords: list[tuple[int, int]]) -> tuple[GpuSlot, ...]:
+        self.version += 1
         for i, k in coords:
             self.taken[i][k] = True
             self.n_free[i] -= 1
@@ -89,6 +103,7 @@ class _Board:
 
     def keep(self, coords: list[tuple[int, int]]) -> None:
         """A visited running job takes back the GPUs it reserved (release + claim in one)."""
+        self.version += 1
         by_type = self.free_by_type
         for i, k in coords:
             self.reserved[i][k] -= 1
@@ -111,6 +126,15 @@ class _Board:
     def victims(self, coords: list[tuple[int, int]]) -> list[int]:
         """Ranks of the running jobs that ``coords`` would displace."""
         return sorted({self.holder[i][k] for i, k in coords if self.holder[i][k] != _OPEN})
+
+    def fits_one_node(self, gpu_type: str, g: int) -> bool:
+        """True when some node of ``gpu_type`` has ``g`` free GPUs (reserved ones count)."""
+        if self.max_free_bound[gpu_type] < g:
+            return False
+        n_free = self.n_free
+        most = max(n_free[i] for i in self.groups[gpu_type])
+        self.max_free_bound[gpu_type] = most
+        return most >= g
 
     # -- search ------------------------------------------------------------------------
     def single_node(self, group: list[int], g: int) -> list[tuple[int, int]] | None:
@@ -203,45 +227,42 @@ class ConsolidatedPlacement:
                         held[job.id] = coords
                         if self.reserve:
                             board.reserve(coords, rank)
-        placed: dict[str, tuple[GpuSlot, ...]] = {}
-        kept: dict[str, Assignment] = {}
+        # In priority order (the walk's). A kept job keeps its assignment as it is; a placed
+        # one gets CPUs and memory from shaping, and the plan it runs with (its submitted one
+        # if new).
+        assignments: dict[str, Assignment] = {}
         outcomes: dict[str, Outcome] = {}
         blocked = False
         for job in ordered:
-            coords = held.pop(job.id, None)
-            if coords is not None:
-                if board.all_free(coords) and self._type_ok(job, board, coords):
+            if held:
+                coords = held.pop(job.id, None)
+                if coords is not None:
+                    if board.all_free(coords) and self._type_ok(job, board, coords):
+                        if self.reserve:
+                            board.keep(coords)
+                        else:
+                            board.claim(coords)
+                        a = job.assignment
+                        assert a is not None
+                        # Placement is exclusive: a job that shared its GPUs keeps them alone
+                        # here, and the packing stage decides whether it shares them again.
+                        assignments[job.id] = (
+                            a if not a.shares_with else Assignment(a.gpus, a.cpus, a.mem_gb, a.plan)
+                        )
+                        outcomes[job.id] = Outcome.KEPT
+                        continue
                     if self.reserve:
-                        board.keep(coords)
-                    else:
-                        board.claim(coords)
-                    a = job.assignment
-                    assert a is not None
-                    # Placement is exclusive: a job that shared its GPUs keeps them alone
-                    # here, and the packing stage decides whether it shares them again.
-                    kept[job.id] = a if not a.shares_with else Assignment(a.gpus, a.cpus, a.mem_gb, a.plan)
-                    outcomes[job.id] = Outcome.KEPT
-                    continue
-                if self.reserve:
-                    board.release(coords)
+                        board.release(coords)
             if blocked:
                 outcomes[job.id] = Outcome.BLOCKED
                 continue
             outcome, slots = self._find(board, job)
             outcomes[job.id] = outcome
             if slots is not None:
-                placed[job.id] = slots
+                plan = job.assignment.plan if job.assignment is not None else job.plan
+                assignments[job.id] = Assignment(gpus=slots, cpus=0, mem_gb=0.0, plan=plan)
             elif not self.backfill and outcome is not Outcome.INFEASIBLE:
                 blocked = True
-        # In priority order. A kept job keeps its assignment as it is; a placed one gets
-        # CPUs and memory from shaping, and the plan it runs with (its submitted one if new).
-        assignments: dict[str, Assignment] = {}
-        for job in ordered:
-            if job.id in kept:
-                assignments[job.id] = kept[job.id]
-            elif job.id in placed:
-                plan = job.assignment.plan if job.assignment is not None else job.plan
-                assignments[job.id] = Assignment(gpus=placed[job.id], cpus=0, mem_gb=0.0, plan=plan)
         return Draft(assignments=assignments, outcomes=outcomes)
 
     @staticmethod
@@ -252,34 +273,70 @@ class ConsolidatedPlacement:
     @staticmethod
     def _find(board: _Board, job: Job) -> tuple[Outcome, tuple[GpuSlot, ...] | None]:
         g = job.num_gpus
-        accepted = job.accepted_types
-        if accepted:
-            types = sorted(t for t in accepted if t in board.groups)
-            if not types:
-                return Outcome.NO_GPU_TYPE, None
+        key = (g, job.accepted_types)
+        # A failed search fails the same way for the same demand until a GPU is taken.
+        if board.failed_version != board.version:
+            board.failed.clear()
+            board.failed_version = board.version
         else:
-            types = sorted(board.groups)
-        if all(g > board.capacity_by_type[t] for t in types):
-            return Outcome.INFEASIBLE, None
-        # Consolidation: a job that some eligible node could hold is only ever placed on
-        # one node, even when the nodes that could hold it are busy right now.
-        fits_one = [t for t in types if g <= board.largest_by_type[t]]
-        candidates = [t for t in (fits_one or types) if board.free_by_type[t] >= g]
+            known = board.failed.get(key)
+            if known is not None:
+                return known, None
+        demand = board.demands.get(key)
+        if demand is None:
+            demand = board.demands[key] = _Demand.of(board, g, key[1])
+        if demand.outcome is not None:
+            return demand.outcome, None
+        outcome, slots = ConsolidatedPlacement._search(board, g, demand)
+        if slots is None:
+            board.failed[key] = outcome
+        return outcome, slots
+
+    @staticmethod
+    def _search(board: _Board, g: int, demand: _Demand) -> tuple[Outcome, tuple[GpuSlot, ...] | None]:
+        fits_one = demand.fits_one
+        candidates = [t for t in (fits_one or demand.types) if board.free_by_type[t] >= g]
         if not candidates:
-            free = sum(board.free_by_type[t] for t in types)
+            free = sum(board.free_by_type[t] for t in demand.types)
             return (Outcome.NO_CONSOLIDATED_SLOT if fits_one and free >= g else Outcome.NO_CAPACITY), None
-        types = candidates
         if fits_one:
-            group = [i for t in types for i in board.groups[t]]
+            # Consolidation: a job that some eligible node could hold is only ever placed on
+            # one node, even when the nodes that could hold it are busy right now; the full
+            # search below finds nothing exactly when no such node has g free GPUs.
+            if not any(board.fits_one_node(t, g) for t in candidates):
+                return Outcome.NO_CONSOLIDATED_SLOT, None
+            group = [i for t in candidates for i in board.groups[t]]
             coords = board.single_node(group, g)
             if coords is None:
                 return Outcome.NO_CONSOLIDATED_SLOT, None
             return Outcome.PLACED, board.claim(coords)
         best: tuple[tuple[int, int, int], str, list[tuple[int, int]]] | None = None
-        for t in types:
+        for t in candidates:
             found = board.spanning(board.groups[t], g)
             if found is not None and (best is None or (found[0], t) < best[:2]):
                 best = (found[0], t, found[1])
         if best is None:
             return Outcome.NO_CAPACITY, None
         return Outcome.PLACED, board.claim(best[2])
+
+
+@dataclass(frozen=True, slots=True)
+class _Demand:
+    """What a (GPU count, accepted types) demand can use on this cluster, found once a round."""
+
+    types: tuple[str, ...]  # the cluster's types it accepts, sorted
+    fits_one: tuple[str, ...]  # those with a node large enough to hold it alone
+    outcome: Outcome | None  # NO_GPU_TYPE or INFEASIBLE whatever is free; None: it depends
+
+    @staticmethod
+    def of(board: _Board, g: int, accepted: tuple[str, ...]) -> _Demand:
+        if accepted:
+            types = tuple(sorted(t for t in accepted if t in board.groups))
+            if not types:
+                return _Demand((), (), Outcome.NO_GPU_TYPE)
+        else:
+            types = tuple(sorted(board.groups))
+        if all(g > board.capacity_by_type[t] for t in types):
+            return _Demand(types, (), Outcome.INFEASIBLE)
+        fits_one = tuple(t for t in types if g <= board.largest_by_type[t])
+        return _Demand(types, fits_one, None)

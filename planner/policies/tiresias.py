@@ -16,14 +16,23 @@ from preempting one another every round as continuous LAS would.
 The queue and the time the job entered it are per-job state: the policy returns it
 in ``Job.policy_state`` (``{"q": queue, "since": entry time}``), the plan carries it
 back to the simulator or controller, and the next snapshot hands it in again.
+
+A pending job's place in the order changes only when it is promoted, and the simulator
+hands in the very same :class:`Job` object while nothing about the job changes; so
+:meth:`Tiresias.order` remembers, per job object, its sort key and the wait after which
+it would be promoted, and recomputes only jobs it has not seen as they are. That memo is
+a cache of a pure function of the (immutable) job: the order is the same with or without
+it, and it holds only the last snapshot's jobs.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
+from operator import itemgetter
 from typing import Any, ClassVar, Self
 
 from planner.model import Job, Snapshot
@@ -50,6 +59,9 @@ class Tiresias:
     thresholds_gpu_s: tuple[float, ...] = DEFAULT_THRESHOLDS_GPU_S
     promote_knob: float = DEFAULT_PROMOTE_KNOB
     preemptive_by_default: ClassVar[bool] = True
+    # job id -> (the Job object, sort key, the job with its state, waiting since, promotion
+    # wait): a pending job's entry holds until its wait reaches the promotion wait.
+    _memo: dict[str, _Memo] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
@@ -86,15 +98,41 @@ class Tiresias:
                 return 0, now_s
         return queue, float(since)
 
+    @staticmethod
+    def _has_state(job: Job) -> bool:
+        """True when the job carries a queue and entry time of ours (not a first sight)."""
+        state = job.policy_state or {}
+        return isinstance(state.get("q"), int) and isinstance(state.get("since"), int | float)
+
     def order(self, snapshot: Snapshot) -> Sequence[Job]:
         now = snapshot.time_s
-        keyed = []
+        memo = self._memo
+        seen: dict[str, _Memo] = {}
+        keyed: list[tuple[tuple[int, float, tuple[float, tuple[int, int, str]]], Job]] = []
         for job in snapshot.jobs:
+            entry = memo.get(job.id)
+            if entry is not None and entry[0] is job and not now - entry[3] >= entry[4]:
+                seen[job.id] = entry
+                keyed.append((entry[1], entry[2]))
+                continue
             queue, since = self.transition(job, now)
             state = job.policy_state
             updated = job
             if state is None or state.get("q") != queue or state.get("since") != since:
                 updated = replace(job, policy_state={"q": queue, "since": since})
-            keyed.append(((queue, since, arrival_key(job)), updated))
-        keyed.sort(key=lambda kv: kv[0])
+            key = (queue, since, arrival_key(job))
+            keyed.append((key, updated))
+            if updated is job and not job.is_running and self._has_state(job):
+                # Unchanged until promoted: transition() gives (queue, since) again as long
+                # as the job waits less than the promotion wait (never, if it cannot be).
+                waiting, limit = job.waiting_since(), math.inf
+                if queue > 0 and self.promote_knob > 0 and job.attained_gpu_s > 0:
+                    limit = self.promote_knob * (job.attained_gpu_s / job.num_gpus)
+                seen[job.id] = (job, key, updated, waiting, limit)
+        memo.clear()
+        memo.update(seen)
+        keyed.sort(key=itemgetter(0))
         return [job for _, job in keyed]
+
+
+_Memo = tuple[Job, tuple[int, float, tuple[float, tuple[int, int, str]]], Job, float, float]

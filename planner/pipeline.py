@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.model import Assignment, Job, Outcome, RoundPlan, Snapshot
+from planner.model import Assignment, Job, JobState, Outcome, RoundPlan, Snapshot
 from planner.stages import Draft, Migration, Ordering, Packing, Placement, Reconfiguration, Shaping
 
 Clock = Callable[[], float]
@@ -88,13 +88,16 @@ def finalize(
     """Turn a finished draft into a RoundPlan: the diff against what runs now, and reasons."""
     preempted, migrated, started, reshaped = [], [], [], []
     reasons: dict[str, Outcome] = {}
+    assignments, outcomes = draft.assignments, draft.outcomes
     for job in ordered:
-        new = draft.assignments.get(job.id)
-        old = job.assignment if job.is_running else None
-        if new is None:
+        new = assignments.get(job.id)
+        old = job.assignment if job.state is JobState.RUNNING else None
+        if new is not None and new is old:  # kept as it is (the common case)
+            reasons[job.id] = Outcome.KEPT
+        elif new is None:
             if old is not None:
                 preempted.append(job.id)
-            reasons[job.id] = draft.outcomes.get(job.id, Outcome.NO_CAPACITY)
+            reasons[job.id] = outcomes.get(job.id, Outcome.NO_CAPACITY)
         elif old is None:
             started.append(job.id)
             reasons[job.id] = Outcome.PLACED

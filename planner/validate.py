@@ -15,14 +15,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from planner.execplan import PlanError, plan_from_mapping, resolve
-from planner.model import GpuSlot, RoundPlan, Snapshot
+from planner.model import Assignment, GpuSlot, RoundPlan, Snapshot
 
 MEM_TOLERANCE_GB = 1e-6
 LAYOUT_KEYS = ("dp", "tp", "pp")
 
 
-def plan_violations(snapshot: Snapshot, plan: RoundPlan, max_jobs_per_gpu: int = 1) -> list[str]:
-    """Every broken invariant of ``plan`` against ``snapshot``, as readable lines."""
+def plan_violations(
+    snapshot: Snapshot,
+    plan: RoundPlan,
+    max_jobs_per_gpu: int = 1,
+    checked: Mapping[str, Assignment] | None = None,
+) -> list[str]:
+    """Every broken invariant of ``plan`` against ``snapshot``, as readable lines.
+
+    ``checked``: assignments a caller already checked against the same jobs (the
+    simulator's running jobs); an assignment that *is* the one there skips the per-job
+    checks and still counts towards every GPU's, CPU's and memory total.
+    """
     problems: list[str] = []
     jobs = {j.id: j for j in snapshot.jobs}
     nodes = snapshot.nodes_by_name
@@ -30,6 +40,13 @@ def plan_violations(snapshot: Snapshot, plan: RoundPlan, max_jobs_per_gpu: int =
     cpus_used: dict[str, int] = {}
     mem_used: dict[str, float] = {}
     for job_id, a in plan.assignments.items():
+        if checked is not None and checked.get(job_id) is a and job_id in jobs:
+            for slot in a.gpus:
+                gpu_users[slot] = gpu_users.get(slot, 0) + 1
+            for node_name, cpus, mem in a.node_shares():
+                cpus_used[node_name] = cpus_used.get(node_name, 0) + cpus
+                mem_used[node_name] = mem_used.get(node_name, 0.0) + mem
+            continue
         job = jobs.get(job_id)
         if job is None:
             problems.append(f"job '{job_id}' is assigned but not in the snapshot")

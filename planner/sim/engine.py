@@ -208,6 +208,10 @@ class Simulator:
         self.total_gpus = sum(n.gpus for n in self.nodes)
         self.total_cpus = sum(n.cpus for n in self.nodes)
         self.active: dict[str, _SimJob] = {}  # arrived, unfinished, in arrival order
+        # Their snapshot entries, in the same order, kept from round to round: only the
+        # entries of jobs whose state changed (``_stale``) are rebuilt before a round.
+        self._views: dict[str, Job] = {}
+        self._stale: dict[str, _SimJob] = {}
         self.finished = 0
         self.allocated_gpu_s = 0.0
         self.allocated_cpu_s = 0.0
@@ -275,21 +279,29 @@ class Simulator:
         while index < len(self.jobs) and self.jobs[index].trace.submit_time_s <= t + _EPS:
             job = self.jobs[index]
             self.active[job.trace.job_id] = job
+            self._views[job.trace.job_id] = job.snapshot_view()
             index += 1
         return index
 
     # -- planning -----------------------------------------------------------------------
     def _plan(self, t: float) -> RoundPlan:
-        snapshot = Snapshot(
-            time_s=t, nodes=self.nodes, jobs=tuple(j.snapshot_view() for j in self.active.values())
-        )
+        views = self._views
+        for job_id, job in self._stale.items():
+            if job_id in views:
+                views[job_id] = job.snapshot_view()
+        self._stale.clear()
+        snapshot = Snapshot(time_s=t, nodes=self.nodes, jobs=tuple(views.values()))
         plan = plan_round(snapshot, self.scheduler, self.clock)
         self.decision_times.append(plan.decision_time_s)
         # A plan that starts, moves and reshapes nothing keeps a subset of last round's
         # (checked) assignments, which cannot break an invariant: skip the check then.
+        # Otherwise every assignment counts towards the GPU, CPU and memory totals, and the
+        # per-job checks skip the assignments running jobs hold as they are (each was
+        # checked when it was given, against the same job and cluster).
         unchanged = not (plan.started or plan.migrated or plan.reshaped)
         if self.config.check_invariants and not unchanged:
-            problems = plan_violations(snapshot, plan, self.scheduler.max_jobs_per_gpu)
+            checked = {i: j.assignment for i, j in self.active.items() if j.assignment is not None}
+            problems = plan_violations(snapshot, plan, self.scheduler.max_jobs_per_gpu, checked)
             if problems:
                 raise SimulationError(f"t={t:.0f}s: plan breaks invariants: " + "; ".join(problems))
         return plan
@@ -298,16 +310,16 @@ class Simulator:
         restart = self.config.restart_cost_s
         for job_id, state in plan.policy_state.items():
             job = self.active[job_id]
-            if job.policy_state != state:
+            if job.policy_state is not state and job.policy_state != state:
                 job.policy_state = state
-                job.view = None
+                self._changed(job)
         changed = bool(plan.preempted) or self._finished_since_apply
         for job_id in plan.preempted:
             job = self.active[job_id]
             job.preemptions += 1
             job.pending_since_s = t
             job.assignment = None
-            job.view = None
+            self._changed(job)
         for job_id, assignment in plan.assignments.items():
             job = self.active[job_id]
             if job.assignment is assignment:  # kept as it was: nothing to do
@@ -326,7 +338,7 @@ class Simulator:
                     job.migrations += 1
             job.assignment = assignment
             job.speed = self._speed(job)
-            job.view = None
+            self._changed(job)
         if changed:
             for job_id, a in plan.assignments.items():
                 if a.shares_with:  # a partner may have changed plan or left
@@ -343,6 +355,11 @@ class Simulator:
         self.timeline.append(
             TimelinePoint(t, self._busy_gpus, len(plan.assignments), len(self.active) - len(plan.assignments))
         )
+
+    def _changed(self, job: _SimJob) -> None:
+        """Drop the job's snapshot entry: it is rebuilt before the next round."""
+        job.view = None
+        self._stale[job.trace.job_id] = job
 
     def _speed(self, job: _SimJob) -> float:
         a = job.assignment
@@ -379,6 +396,7 @@ class Simulator:
             done = [job for job in running if self._run(job, t, end)]
             for job in done:
                 del self.active[job.trace.job_id]
+                del self._views[job.trace.job_id]
                 self.finished += 1
                 self._finished_since_apply = True
             for job in done:
@@ -412,7 +430,7 @@ class Simulator:
         job.attained_gpu_s += a.num_gpus * held
         self.allocated_gpu_s += job.gpu_weight * held
         self.allocated_cpu_s += a.cpus * held
-        job.view = None
+        self._changed(job)
         return finished
 
     # -- results ------------------------------------------------------------------------

@@ -1,0 +1,140 @@
+"""The shortcuts that keep a round's cost bounded give exactly the full computation's answers.
+
+Placement answers a job that cannot fit from per-type bounds and reuses a failed
+search's answer until a GPU is taken; Tiresias remembers pending jobs' sort keys. Both
+are checked here against the full computation on random cases.
+"""
+
+import random
+
+from planner.model import Job, JobState, Outcome
+from planner.policies.placement import ConsolidatedPlacement, _Board, _Demand
+from planner.policies.tiresias import Tiresias
+from tests.builders import make_job, make_node, make_snapshot, running
+
+
+def _reference_find(board: _Board, job: Job) -> tuple[Outcome, tuple | None]:
+    """The full search for every job: no bound, no reuse (the placement before the shortcuts)."""
+    g = job.num_gpus
+    demand = _Demand.of(board, g, job.accepted_types)
+    if demand.outcome is not None:
+        return demand.outcome, None
+    fits_one = demand.fits_one
+    candidates = [t for t in (fits_one or demand.types) if board.free_by_type[t] >= g]
+    if not candidates:
+        free = sum(board.free_by_type[t] for t in demand.types)
+        return (Outcome.NO_CONSOLIDATED_SLOT if fits_one and free >= g else Outcome.NO_CAPACITY), None
+    if fits_one:
+        coords = board.single_node([i for t in candidates for i in board.groups[t]], g)
+        if coords is None:
+            return Outcome.NO_CONSOLIDATED_SLOT, None
+        return Outcome.PLACED, board.claim(coords)
+    best = None
+    for t in candidates:
+        found = board.spanning(board.groups[t], g)
+        if found is not None and (best is None or (found[0], t) < best[:2]):
+            best = (found[0], t, found[1])
+    if best is None:
+        return Outcome.NO_CAPACITY, None
+    return Outcome.PLACED, board.claim(best[2])
+
+
+class _FullSearch(ConsolidatedPlacement):
+    _find = staticmethod(_reference_find)  # type: ignore[assignment]
+
+
+def _random_case(rng: random.Random) -> tuple[list, list[Job]]:
+    nodes = [
+        make_node(f"a{i}", gpus=rng.choice([2, 4, 8]), gpu_type="a100") for i in range(rng.randint(1, 4))
+    ]
+    nodes += [make_node(f"v{i}", gpus=rng.choice([4, 8]), gpu_type="v100") for i in range(rng.randint(0, 3))]
+    free = [(n.name, k) for n in nodes for k in range(n.gpus)]
+    rng.shuffle(free)
+    jobs: list[Job] = []
+    for j in range(rng.randint(5, 40)):
+        g = rng.choice([1, 1, 2, 3, 4, 8, 12, 40])
+        typed = rng.random()
+        fields = {}
+        if typed < 0.15:
+            fields["gpu_type"] = rng.choice(["a100", "v100", "h100"])
+        elif typed < 0.25:
+            fields["gpu_types"] = ("v100", "a100")
+        job = make_job(str(j), g, submit=rng.random() * 100, **fields)
+        if rng.random() < 0.4 and len(free) >= g and "gpu_type" not in fields and "gpu_types" not in fields:
+            job = running(job, sorted(free[:g]))
+            del free[:g]
+        jobs.append(job)
+    rng.shuffle(jobs)  # any priority order
+    return nodes, jobs
+
+
+def test_placement_outcomes_and_gpus_equal_the_full_search():
+    rng = random.Random(7)
+    for _ in range(400):
+        nodes, jobs = _random_case(rng)
+        snapshot = make_snapshot(nodes, jobs)
+        for options in ({}, {"reserve": False}, {"backfill": False}, {"sticky": False}):
+            fast = ConsolidatedPlacement(**options).place(snapshot, jobs)
+            full = _FullSearch(**options).place(snapshot, jobs)
+            assert dict(fast.outcomes) == dict(full.outcomes)
+            assert list(fast.assignments) == list(full.assignments)
+            assert {k: a.gpus for k, a in fast.assignments.items()} == {
+                k: a.gpus for k, a in full.assignments.items()
+            }
+
+
+def test_a_full_cluster_tells_each_waiting_job_why_as_the_full_search_does():
+    # Two 4-GPU nodes, one with 3 GPUs busy: a 2-GPU job has no consolidated slot, a
+    # 1-GPU job fits, and the answers for later jobs follow every GPU taken.
+    nodes = [make_node("n1"), make_node("n2")]
+    busy = running(make_job("busy", 3), [("n1", 0), ("n1", 1), ("n1", 2)])
+    queue = [make_job(str(k), g, submit=k) for k, g in enumerate([4, 2, 1, 2, 4, 1, 2, 8, 1])]
+    snapshot = make_snapshot(nodes, [busy, *queue])
+    fast = ConsolidatedPlacement().place(snapshot, [busy, *queue])
+    full = _FullSearch().place(snapshot, [busy, *queue])
+    assert dict(fast.outcomes) == dict(full.outcomes)
+    assert fast.outcomes["3"] is Outcome.NO_CAPACITY  # 4 GPUs, none free any more
+    assert fast.outcomes["6"] is Outcome.NO_CAPACITY
+
+
+def test_tiresias_order_with_its_memo_equals_a_fresh_policy_each_round():
+    rng = random.Random(3)
+    policy = Tiresias(thresholds_gpu_s=(100.0, 1000.0), promote_knob=2.0)
+    jobs = [
+        make_job(
+            str(k),
+            rng.choice([1, 2, 4]),
+            submit=rng.random() * 50,
+            attained_gpu_s=rng.choice([0.0, 50.0, 150.0, 500.0, 1500.0]),  # some start in lower queues
+            pending_since_s=50.0 + rng.random() * 10,
+        )
+        for k in range(30)
+    ]
+    promoted = 0
+    now = 60.0
+    for _ in range(40):
+        snapshot = make_snapshot([make_node()], jobs, time_s=now)
+        got = policy.order(snapshot)
+        want = Tiresias(thresholds_gpu_s=(100.0, 1000.0), promote_knob=2.0).order(snapshot)
+        assert [(j.id, j.policy_state) for j in got] == [(j.id, j.policy_state) for j in want]
+        promoted += sum(1 for j in got if j.policy_state == {"q": 0, "since": now})
+        # The world applies the states; a few jobs run a while, the rest keep their objects.
+        by_id = {j.id: j for j in got}
+        nxt = []
+        for job in jobs:
+            job = by_id[job.id] if by_id[job.id].policy_state != job.policy_state else job  # noqa: PLW2901
+            if rng.random() < 0.2:
+                job = Job(  # noqa: PLW2901
+                    id=job.id,
+                    num_gpus=job.num_gpus,
+                    model=job.model,
+                    submit_time_s=job.submit_time_s,
+                    state=JobState.PENDING,
+                    attained_gpu_s=job.attained_gpu_s + rng.random() * 300,
+                    pending_since_s=now,
+                    policy_state=job.policy_state,
+                )
+            nxt.append(job)
+        jobs = nxt
+        now += rng.choice([30.0, 200.0, 900.0])
+    assert promoted > 0  # the case the memo must not miss

@@ -166,7 +166,8 @@ def main() -> int:
     parser.add_argument("--sim-speed-jobs", type=int, default=10_000, help="jobs of the sim_speed traces")
     parser.add_argument("--parallel", type=int, default=1, help="simulations run at once")
     parser.add_argument("--work", type=Path, help="keep the outputs here (default: a temporary directory)")
-    parser.add_argument("--no-write", action="store_true", help="do not write results/same_decisions.json")
+    parser.add_argument("--result", default="same_decisions", help="results/NAME.json to write")
+    parser.add_argument("--no-write", action="store_true", help="do not write the results file")
     args = parser.parse_args()
     baseline = args.baseline.resolve()
     if not (baseline / "planner").is_dir():
@@ -227,7 +228,7 @@ def main() -> int:
     print(f"{len(rows) - len(different)} of {len(rows)} identical")
     if not args.no_write:
         write_result(
-            "same_decisions",
+            args.result,
             {
                 "command": "benchmarks/same_decisions.py BASELINE "
                 + f"--presets {','.join(presets)} --cases {','.join(c.name for c in selected)} "

@@ -148,14 +148,17 @@ def test_the_order_is_privileged_then_starving_then_by_slope():
 
 # -- Algorithm 1: admission, shrinking, growth, plans ----------------------------------------
 def test_a_privileged_job_gets_its_min_res_and_the_best_plan_reaching_its_target():
-    blocker = run(job("big", 6, "bert", 32, preemptible=False), [("n0", k) for k in range(6)], 72)
     t5 = job("g", 8, "t5", 16, min_gpus=1, guaranteed=True, tenant="a", plan=OFFLOAD_GC)
+    curve = job_curve(shared_book(), t5, Snapshot(0.0, (A800,), ()), True)
+    low = curve.min_gpus(1)
+    assert low < 8
+    # A job that cannot be preempted holds all GPUs but minRes.
+    blocker = run(job("big", 8 - low, "bert", 32, preemptible=False), [("n0", k) for k in range(8 - low)], 12)
     snap = Snapshot(0.0, (A800,), (blocker, t5))
     plan = plan_round(snap, sched("rubick", Tenant("a", 8)))
     a = plan.assignments["g"]
-    curve = job_curve(shared_book(), t5, snap, True)
-    assert a.num_gpus == curve.min_gpus(1) == 2
-    best = curve.best(2)
+    assert a.num_gpus == low
+    best = curve.best(low)
     assert plan_from_mapping(a.plan) == best.plan and best.throughput >= curve.target
     # Rubick-R keeps the submitted plan: its minRes is all 8 GPUs, which are not free.
     assert "g" not in plan_round(snap, sched("rubick-r", Tenant("a", 8))).assignments

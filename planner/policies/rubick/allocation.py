@@ -543,8 +543,11 @@ def _as_is(job: Job, a: Assignment, cpus: int, mem_gb: float) -> Assignment:
 
 
 def _rescaled(job: Job, a: Assignment) -> Mapping[str, Any] | None:
-    """The assignment's plan made for its GPU count (as it is when that cannot be done)."""
+    """The assignment's plan made for its GPU count, else the submitted plan made for it (the
+    placement re-places a moved job at ``num_gpus`` with the plan it had on its old count)."""
     plan = _own_plan(job, a.num_gpus, a.plan)
+    if plan is None:
+        plan = _own_plan(job, a.num_gpus, job.plan)
     return a.plan if plan is None else (plan or None)
 
 

@@ -168,7 +168,14 @@ class JobCurve:
         if nodes is None or gpus < 1:
             return None
         c = self.cpus_per_gpu if cpus is None else cpus
-        return self.book.best(self.model, self.batch, self.space, gpus, nodes, c)
+        best = self.book.best(self.model, self.batch, self.space, gpus, nodes, c)
+        if self.space == self.own:
+            return best
+        # The submitted plan is always a candidate (a searched space may lack its exact shape).
+        own = self.book.best(self.model, self.batch, self.own, gpus, nodes, c)
+        if own is not None and (best is None or own.throughput > best.throughput):
+            return own
+        return best
 
     def own_at(self, gpus: int, nodes: int | None = None, cpus: float | None = None) -> Point | None:
         """The submitted plan (rescaled to ``gpus``), not the best one."""

@@ -25,6 +25,8 @@ from planner.errors import ClusterError
 from planner.fields import Fields
 from planner.model import Node
 
+MAX_NODES = 100_000
+"""More servers than any cluster has: a larger ``count`` is a typo, not a cluster to build."""
 _NODE_KEYS = ("count", "gpus", "gpu_type", "cpus", "mem_gb", "name_prefix", "intra_gbps", "inter_gbps")
 
 
@@ -49,6 +51,8 @@ def cluster_from_mapping(document: Any, source: str = "cluster") -> tuple[Node, 
         f = Fields(raw, f"{source}: nodes[{i}]", ClusterError)
         f.only(_NODE_KEYS)
         count = f.req_int("count", minimum=1)
+        if len(nodes) + count > MAX_NODES:
+            f.fail_key("count", f"{count} servers make more than {MAX_NODES} in all")
         prefix = f.opt_str("name_prefix") or "n"
         gpus = f.req_int("gpus", minimum=1)
         cpus = f.req_int("cpus", minimum=1)

@@ -308,7 +308,9 @@ def round_plan_from_json(document: Any, source: str = "round plan") -> RoundPlan
             reasons[str(job_id)] = Outcome(text)
         except ValueError:
             top.fail_key("reasons", f"job '{job_id}': unknown outcome {text!r}")
-    stage_times = top.opt_object("stage_times_s") or {}
+    raw_times = top.opt_object("stage_times_s") or {}
+    times = Fields(raw_times, f"{source}: stage_times_s", SnapshotError)
+    stage_times = {str(stage): times.req_float(stage, minimum=0.0) for stage in raw_times}
     raw_state = top.opt_object("policy_state") or {}
     policy_state = {}
     for job_id, state in raw_state.items():
@@ -324,7 +326,7 @@ def round_plan_from_json(document: Any, source: str = "round plan") -> RoundPlan
         order=ids("order"),
         reasons=reasons,
         decision_time_s=top.opt_float("decision_time_s", minimum=0.0) or 0.0,
-        stage_times_s={str(k): float(v) for k, v in stage_times.items()},
+        stage_times_s=stage_times,
         policy_state=policy_state,
         gpu_type_of=gpu_type_of,
     )

@@ -208,7 +208,12 @@ def config_from_mapping(table: Any, source: str = "[scheduler]") -> SchedulerCon
     """Read a ``[scheduler]`` table (already parsed from TOML)."""
     f = Fields(table, source, ConfigError)
     f.only(_SCHEDULER_KEYS)
-    base = preset(f.req_str("preset")) if f.has("preset") else SchedulerConfig()
+    try:
+        base = preset(f.req_str("preset")) if f.has("preset") else SchedulerConfig()
+    except ConfigError as e:
+        if str(e).startswith(source):
+            raise
+        raise ConfigError(f"{source}: key 'preset': {e}") from None
     options: dict[str, Mapping[str, Any]] = {k: dict(v) for k, v in base.options.items()}
     raw_options = f.opt_object("options") or {}
     for stage, opts in raw_options.items():

@@ -89,7 +89,10 @@ class Fields:
         value = self._required(key)
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.fail_key(key, f"expected a number{_range(minimum, maximum)}, got {_describe(value)}")
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond a float's range
+            number = math.inf if value > 0 else -math.inf
         if not math.isfinite(number):
             self.fail_key(key, f"expected a finite number, got {number}")
         if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
@@ -126,13 +129,27 @@ class Fields:
         return Fields(self._required(key), f"{self.where}.{label or key}", self.error)
 
 
+def loads_json(text: str | bytes) -> Any:
+    """:func:`json.loads` for untrusted text: every way it can fail is a :class:`ValueError`.
+
+    Besides bad syntax (``JSONDecodeError``) that is bytes that are not UTF-8
+    (``UnicodeDecodeError``), an integer of more digits than Python converts (4300) and
+    nesting deeper than the interpreter's recursion limit (``RecursionError``, turned into a
+    ``ValueError`` here).
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
 def json_document(document: Any, source: str, error: type[InputError] = InputError) -> Any:
     """Parse JSON text (str or bytes); an already-parsed document passes through."""
     if not isinstance(document, str | bytes):
         return document
     try:
-        return json.loads(document)
-    except json.JSONDecodeError as e:
+        return loads_json(document)
+    except ValueError as e:
         raise error(f"{source}: not valid JSON: {e}") from e
 
 

@@ -13,6 +13,8 @@ from planner.errors import InputError
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 EMPTY = frozenset({"", "(null)", "None assigned"})
+MAX_HOSTS = 1 << 20
+"""More names than any allocation holds: a longer list is refused rather than expanded."""
 
 
 class HostlistError(InputError):
@@ -38,8 +40,12 @@ def expand_hostlist(text: str) -> tuple[str, ...]:
             if r is None:
                 raise HostlistError(f"hostlist {text!r}: bad range {item!r}")
             lo, hi = r.group(1), r.group(2) or r.group(1)
+            if len(lo) > 18 or len(hi) > 18:
+                raise HostlistError(f"hostlist {text[:80]!r}: number too long in {item[:40]!r}")
             if int(hi) < int(lo):
                 raise HostlistError(f"hostlist {text!r}: range {item!r} runs backwards")
+            if len(out) + int(hi) - int(lo) >= MAX_HOSTS:
+                raise HostlistError(f"hostlist {text[:80]!r}: more than {MAX_HOSTS} names")
             width = len(lo) if lo.startswith("0") else 0
             out += [f"{prefix}{k:0{width}d}{suffix}" for k in range(int(lo), int(hi) + 1)]
     return tuple(out)

@@ -6,6 +6,7 @@ the model and the key at fault.
 
 from __future__ import annotations
 
+import math
 from itertools import pairwise
 from typing import Any
 
@@ -61,7 +62,7 @@ def _profile(name: str, raw: Any, where: str) -> Profile:
     if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
         f.fail_key("aliases", f"expected a list of names, got {aliases!r}")
     throughput: dict[ThroughputKey, float] = {}
-    for i, point in enumerate(f.data.get("throughput", [])):
+    for i, point in enumerate(_list(f, "throughput")):
         p = Fields(point, f"{where}: throughput[{i}]", ProfileError)
         p.only(_POINT_KEYS)
         key = ThroughputKey(
@@ -87,7 +88,7 @@ def _profile(name: str, raw: Any, where: str) -> Profile:
             )
         sensitivity = _optimistic(Fields(raw_optimistic, f"{where}: optimistic", ProfileError))
     colocation = []
-    for i, pair in enumerate(f.data.get("colocation", [])):
+    for i, pair in enumerate(_list(f, "colocation")):
         c = Fields(pair, f"{where}: colocation[{i}]", ProfileError)
         c.only(_PAIR_KEYS)
         colocation.append(
@@ -119,10 +120,25 @@ def _profile(name: str, raw: Any, where: str) -> Profile:
     )
 
 
+def _list(f: Fields, key: str) -> list[Any]:
+    return f.req_list(key) if f.has(key) else []
+
+
+def _number(value: Any, positive: bool = False) -> bool:
+    """A finite number (``positive``: above 0), not a bool."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        number = float(value)
+    except OverflowError:
+        return False
+    return math.isfinite(number) and (number > 0 or not positive)
+
+
 def _axis(f: Fields, key: str) -> tuple[float, ...]:
     values = f.req_list(key)
-    if not values or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-        f.fail_key(key, f"expected a non-empty list of numbers, got {values!r}")
+    if not values or not all(_number(v) for v in values):
+        f.fail_key(key, f"expected a non-empty list of finite numbers, got {values!r}")
     axis = tuple(float(v) for v in values)
     if any(b <= a for a, b in pairwise(axis)):
         f.fail_key(key, f"must be strictly increasing, got {list(axis)}")
@@ -142,7 +158,7 @@ def _sensitivity(f: Fields) -> SensitivityMatrix:
             f.fail_key("throughput", f"row {i} must list {len(cols)} numbers (one per mem_gb_per_gpu value)")
         # A zero would mean a job never finishes at that allocation: leave unmeasured
         # cells out with a coarser grid instead.
-        if not all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in row):
+        if not all(_number(v, positive=True) for v in row):
             f.fail_key("throughput", f"row {i} must hold positive numbers, got {row!r}")
         values.append(tuple(float(v) for v in row))
     return SensitivityMatrix(rows, cols, tuple(values))
@@ -173,9 +189,9 @@ def _optimistic(f: Fields) -> SensitivityMatrix:
         f.fail("missing required key 'cpu_samples_per_s' (samples/s per GPU by CPU count)")
     points: dict[int, float] = {}
     for key, value in raw_points.items():
-        if not str(key).isdigit() or int(key) < 1:
+        if not (str(key).isascii() and str(key).isdigit() and len(str(key)) <= 6) or int(key) < 1:
             f.fail_key("cpu_samples_per_s", f"keys are CPU counts >= 1, got {key!r}")
-        if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+        if not _number(value, positive=True):
             f.fail_key("cpu_samples_per_s", f"value at {key} CPUs must be a positive number, got {value!r}")
         points[int(key)] = float(value)
     cache = CacheModel(
@@ -190,7 +206,7 @@ def _optimistic(f: Fields) -> SensitivityMatrix:
     reference = (3.0, 62.5)
     if f.has("reference"):
         ref = f.req_list("reference")
-        if len(ref) != 2 or not all(isinstance(v, int | float) and v > 0 for v in ref):
+        if len(ref) != 2 or not all(_number(v, positive=True) for v in ref):
             f.fail_key("reference", f"expected [cpus_per_gpu, mem_gb_per_gpu], got {ref!r}")
         reference = (float(ref[0]), float(ref[1]))
     return optimistic_matrix(points, cache, rows, cols, reference)

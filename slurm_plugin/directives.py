@@ -21,11 +21,13 @@ Every error names the script, the line and the directive.
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from collections.abc import Mapping
 from typing import Any
 
 from planner.errors import InputError
+from planner.fields import loads_json
 
 COMMENT_PREFIX = "mosaic:"
 FRAMEWORKS = ("torch", "deepspeed", "megatron")
@@ -141,13 +143,15 @@ def _value(name: str, kind: str, text: str, where: str) -> Any:
             number = int(text) if kind == "int" else float(text)
         except ValueError:
             raise DirectiveError(f"{where}: {name} {text!r} is not a number") from None
+        if not math.isfinite(number):
+            raise DirectiveError(f"{where}: {name} must be a finite number, got {text}")
         if number <= 0:
             raise DirectiveError(f"{where}: {name} must be positive, got {text}")
         return number
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DirectiveError(f"{where}: {name} is not valid JSON: {e.msg}") from e
+        value = loads_json(text)
+    except ValueError as e:
+        raise DirectiveError(f"{where}: {name} is not valid JSON: {getattr(e, 'msg', e)}") from e
     if kind == "object" and not isinstance(value, dict):
         raise DirectiveError(f"{where}: {name} must be a JSON object")
     if kind == "list" and not (isinstance(value, list) and all(isinstance(p, dict) for p in value)):
@@ -165,7 +169,7 @@ def decode_comment(comment: str) -> dict[str, Any] | None:
     if not comment.startswith(COMMENT_PREFIX):
         return None
     try:
-        value = json.loads(comment[len(COMMENT_PREFIX) :])
-    except json.JSONDecodeError:
+        value = loads_json(comment[len(COMMENT_PREFIX) :])
+    except ValueError:  # bad JSON, a 5000-digit number, nesting too deep: not Mosaic's
         return None
     return value if isinstance(value, dict) else None

@@ -14,10 +14,11 @@ import csv
 import io
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from planner.errors import TraceError
+from planner.fields import loads_json
 from planner.model import demand_problem
 from planner.traces.records import TraceJob
 
@@ -88,7 +89,10 @@ class _Row:
 def parse_trace(text: str, source: str = "trace") -> tuple[TraceJob, ...]:
     """Parse trace CSV text. Rows keep their file order; job ids must be unique."""
     reader = csv.DictReader(io.StringIO(text))
-    header = reader.fieldnames
+    try:
+        header = reader.fieldnames
+    except csv.Error as e:
+        raise TraceError(f"{source}:1: not valid CSV: {e}") from None
     if not header:
         raise TraceError(f"{source}: empty file (expected a header with {', '.join(REQUIRED_COLUMNS)})")
     header = [h.strip() for h in header]
@@ -100,7 +104,7 @@ def parse_trace(text: str, source: str = "trace") -> tuple[TraceJob, ...]:
         )
     jobs: list[TraceJob] = []
     seen: dict[str, int] = {}
-    for row in reader:
+    for row in _rows(reader, source):
         line = reader.line_num
         if None in row:  # more cells than header columns
             raise TraceError(f"{source}:{line}: more cells than the header has columns")
@@ -144,6 +148,18 @@ def parse_trace(text: str, source: str = "trace") -> tuple[TraceJob, ...]:
     return tuple(jobs)
 
 
+def _rows(reader: csv.DictReader[str], source: str) -> Iterator[dict[str, str | None]]:
+    """The reader's rows; what the csv module cannot split is an error naming the line."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise TraceError(f"{source}:{reader.line_num}: not valid CSV: {e}") from None
+        yield row
+
+
 def _parse_gpu_types(r: _Row) -> tuple[str, ...]:
     """``a100;v100`` -> ``("a100", "v100")``, lower-cased like ``gpu_type``."""
     text = r.cell("gpu_types")
@@ -169,8 +185,8 @@ def _parse_plan(r: _Row) -> dict[str, Any] | None:
     if not text:
         return None
     try:
-        plan = json.loads(text)
-    except json.JSONDecodeError as e:
+        plan = loads_json(text)
+    except ValueError as e:
         raise r.fail("plan", f"not a JSON object: {e}") from None
     if not isinstance(plan, dict):
         raise r.fail("plan", f"expected a JSON object, got {text!r}")
@@ -182,8 +198,8 @@ def _parse_plans(r: _Row) -> tuple[dict[str, Any], ...]:
     if not text:
         return ()
     try:
-        plans = json.loads(text)
-    except json.JSONDecodeError as e:
+        plans = loads_json(text)
+    except ValueError as e:
         raise r.fail("plans", f"not a JSON list: {e}") from None
     if not isinstance(plans, list) or not all(isinstance(p, dict) for p in plans):
         raise r.fail("plans", f"expected a JSON list of objects, got {text!r}")

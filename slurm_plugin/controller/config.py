@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -101,8 +102,8 @@ def _check(source: str, key: str, kind: str, value: Any) -> Any:
         if kind == "signal" and not str(value).isalnum():
             raise ConfigError(f"{where}: {value!r} is not a signal name (e.g. USR1)")
         return Path(value) if kind == "path" else str(value)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{where}: expected a finite number, got {value!r}")
     if kind == "count":
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"{where}: expected an integer >= 1, got {value!r}")

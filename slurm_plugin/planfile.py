@@ -22,6 +22,7 @@ two can insist that the job's user owns the directory.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import stat
@@ -32,6 +33,7 @@ from typing import Any
 from filelock import FileLock
 
 from planner.errors import InputError
+from planner.fields import loads_json
 from planner.model import Assignment
 from wrapper import plandoc, status
 from wrapper.plandoc import PlanFileError, parse_plan_document, plan_document
@@ -44,11 +46,11 @@ PLAN_MODE = 0o644
 PLANS_DIR_MODE = 0o755
 STATUS_DIR_MODE = 0o1777
 LOCK_TIMEOUT_S = 30.0
-_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
 
 def _job_name(job_id: str) -> str:
-    if not _JOB_ID.match(str(job_id)):
+    if not _JOB_ID.fullmatch(str(job_id)):
         raise InputError(f"job id {job_id!r} cannot name a plan file (letters, digits, '_', '.', '+', '-')")
     return str(job_id)
 
@@ -68,13 +70,11 @@ def ensure_spool(spool: str | Path) -> None:
 
 def _current_version(path: Path) -> int:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes()
     except FileNotFoundError:
         return 0
-    import json
-
     try:
-        return parse_plan_document(json.loads(text), str(path)).version
+        return parse_plan_document(loads_json(text), str(path)).version
     except (ValueError, InputError):
         return 0  # a damaged file is replaced; versions restart above nothing readable
 
@@ -115,11 +115,9 @@ def write_plan(spool: str | Path, job_id: str, version: int | None, assignment: 
 
 def read_plan(spool: str | Path, job_id: str) -> dict[str, Any] | None:
     """The plan document last written for the job, or ``None`` (absent or unreadable)."""
-    import json
-
     try:
-        document = json.loads(plan_path(spool, job_id).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        document = loads_json(plan_path(spool, job_id).read_bytes())
+    except (OSError, ValueError):  # absent, unreadable, not JSON (or not UTF-8)
         return None
     return document if isinstance(document, dict) else None
 
@@ -171,7 +169,13 @@ def checkpoint_time(spool: str | Path, job_id: str) -> float | None:
     """When the job last reported a finished checkpoint (its marker's ``time``)."""
     marker = status.read_marker(status_dir(spool, job_id) / CHECKPOINT_MARKER)
     value = marker.get("time") if marker is not None else None
-    return float(value) if isinstance(value, int | float) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        when = float(value)
+    except OverflowError:  # an integer beyond a float's range
+        return None
+    return when if math.isfinite(when) else None
 
 
 def last_progress(spool: str | Path, job_id: str) -> float | None:

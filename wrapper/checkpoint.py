@@ -25,8 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import InputError
+from planner.fields import loads_json
+from wrapper.plandoc import job_file_name
+from wrapper.status import read_job_file
 
 COMPLETE_MARKER = "MOSAIC-COMPLETE"
+DEFAULT_BASE = "mosaic-ckpt"
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
 
 
@@ -75,17 +79,23 @@ def write_complete_marker(path: str | Path, record: dict[str, Any]) -> None:
     _fsync_dir(p)
 
 
+def default_root(job_id: str, base: str | Path = DEFAULT_BASE) -> Path:
+    """``<base>/<job id>``: the job's checkpoint directory when none is given; a job id
+    that is not one plain file name (``..``, a ``/``) is refused, so it stays under ``base``."""
+    return Path(base) / job_file_name(job_id, "a checkpoint directory")
+
+
 def read_complete_marker(path: str | Path) -> dict[str, Any] | None:
-    """The marker's record, or ``None`` when the checkpoint is incomplete."""
+    """The marker's record, or ``None`` when the checkpoint is incomplete (no marker, or a
+    marker that is a symbolic link or not a regular file: never followed)."""
     marker = Path(path) / COMPLETE_MARKER
-    try:
-        text = marker.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    data = read_job_file(marker)
+    if data is None:
         return None
     try:
-        record = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{marker}: not valid JSON: {e.msg}") from e
+        record = loads_json(data)
+    except ValueError as e:
+        raise InputError(f"{marker}: not valid JSON: {getattr(e, 'msg', e)}") from e
     if not isinstance(record, dict):
         raise InputError(f"{marker}: expected a JSON object")
     return record
@@ -99,7 +109,8 @@ def list_checkpoints(root: str | Path) -> list[tuple[int, Path, bool]]:
     found = []
     for entry in base.iterdir():
         match = _STEP_DIR.match(entry.name)
-        if match and entry.is_dir():
+        # A symbolic link is never a checkpoint: what is loaded stays inside the root.
+        if match and entry.is_dir() and not entry.is_symlink():
             found.append((int(match.group(1)), entry, (entry / COMPLETE_MARKER).is_file()))
     return sorted(found)
 

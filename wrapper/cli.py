@@ -152,7 +152,7 @@ def _run(args: argparse.Namespace, command: list[str], env: dict[str, str], job_
         version = None
     plan = resolve(submitted, workers, args.global_batch, f"job {job_id}: plan")
     ckpt_root = Path(
-        args.checkpoint_dir or env.get("MOSAIC_CHECKPOINT_DIR") or Path("mosaic-ckpt") / job_id
+        args.checkpoint_dir or env.get("MOSAIC_CHECKPOINT_DIR") or checkpoint.default_root(job_id)
     ).resolve()
     ckpt_root.mkdir(parents=True, exist_ok=True)
     latest = checkpoint.latest_complete(ckpt_root)

@@ -27,15 +27,22 @@ from planner.model import Assignment
 
 FORMAT = "mosaic-plan/1"
 PLANS_DIR = "plans"
-_JOB_ID = re.compile(r"^[A-Za-z0-9_.+-]+$")
+_JOB_ID = re.compile(r"[A-Za-z0-9_.+-]+")
+
+
+def job_file_name(job_id: str, what: str = "a plan file") -> str:
+    """``job_id`` as one file name component (never ``..``, a ``/`` or a new line): the check
+    every path built from a job id goes through, so that none leaves its directory."""
+    text = str(job_id)
+    if not _JOB_ID.fullmatch(text) or text in {".", ".."}:
+        raise InputError(f"job id {job_id!r} cannot name {what} (letters, digits, '_', '.', '+', '-')")
+    return text
 
 
 def plan_file_path(spool: str | Path, job_id: str) -> Path:
     """``<spool>/plans/<job id>.json``: where the controller writes a job's plan and the job
     reads it (the one definition both sides use); a job id that cannot name a file is refused."""
-    if not _JOB_ID.match(str(job_id)) or str(job_id) in {".", ".."}:
-        raise InputError(f"job id {job_id!r} cannot name a plan file (letters, digits, '_', '.', '+', '-')")
-    return Path(spool) / PLANS_DIR / f"{job_id}.json"
+    return Path(spool) / PLANS_DIR / f"{job_file_name(job_id)}.json"
 
 
 class PlanFileError(InputError):

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from planner.fields import loads_json
 
 DEFAULT_SPOOL = "/var/spool/mosaic"
 HEARTBEATS = "heartbeat.jsonl"
@@ -36,7 +39,10 @@ def spool_dir(env: Mapping[str, str]) -> Path:
 
 
 def status_dir(spool: str | Path, job_id: str) -> Path:
-    return Path(spool) / "status" / job_id
+    """``<spool>/status/<job id>``; a job id that cannot name a directory is refused."""
+    from wrapper.plandoc import job_file_name
+
+    return Path(spool) / "status" / job_file_name(job_id, "a status directory")
 
 
 def append_record(path: str | Path, record: Mapping[str, Any]) -> None:
@@ -51,16 +57,53 @@ def append_record(path: str | Path, record: Mapping[str, Any]) -> None:
         os.close(fd)
 
 
-def read_records(path: str | Path) -> Iterator[dict[str, Any]]:
-    """The records of a JSON-lines file; a torn last line (a writer killed mid-write) is skipped."""
+MAX_READ_BYTES = 4 << 20
+"""The most a reader takes of a file a job wrote: the newest part of a longer heartbeat log."""
+
+
+def read_job_file(path: str | Path, max_bytes: int = MAX_READ_BYTES) -> bytes | None:
+    """The bytes of a file a job wrote, or ``None`` when there is no such regular file.
+
+    The controller reads these files with its own rights, and a job owns the directory
+    they are in: so a symbolic link (to a file the job could not read itself), a FIFO
+    (which would block the controller) or a device is never opened or followed, and only
+    the last ``max_bytes`` of a file are read.
+    """
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:  # absent, a symbolic link (ELOOP), unreadable
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        if info.st_size > max_bytes:
+            os.lseek(fd, info.st_size - max_bytes, os.SEEK_SET)
+        chunks = []
+        left = max_bytes
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_records(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The records of a JSON-lines file; a line that is not a JSON object (a torn last line,
+    a writer killed mid-write, bytes that are not UTF-8) is skipped."""
+    data = read_job_file(path)
+    if data is None:
         return
-    for line in text.splitlines():
+    for raw in data.splitlines():
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            record = loads_json(raw)
+        except ValueError:
             continue
         if isinstance(record, dict):
             yield record
@@ -79,9 +122,14 @@ def write_marker(path: str | Path, record: Mapping[str, Any]) -> None:
 
 
 def read_marker(path: str | Path) -> dict[str, Any] | None:
+    """The checkpoint marker's record; ``None`` when absent or not a JSON object (as
+    :func:`read_job_file` reads it)."""
+    data = read_job_file(path)
+    if data is None:
+        return None
     try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
+        record = loads_json(data)
+    except ValueError:
         return None
     return record if isinstance(record, dict) else None
 

@@ -16,10 +16,13 @@ pending jobs' planner records are cached between calls: :class:`_PendingJobs`).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from planner.errors import InputError
+from planner.execplan import plan_from_mapping
 from planner.model import Assignment, Job, JobState, Node, Snapshot, demand_problem
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.layout import TaskLayout, layout_of
@@ -314,8 +317,8 @@ def _managed_job(
         min_gpus=min_gpus,
         max_gpus=max_gpus,
         gpu_types=gpu_types,
-        plan=meta.get("plan") if isinstance(meta.get("plan"), dict) else None,
-        candidate_plans=tuple(p for p in plans if isinstance(p, dict)) if isinstance(plans, list) else (),
+        plan=_valid_plan(sj.id, meta.get("plan")),
+        candidate_plans=tuple(p for p in plans if _valid_plan(sj.id, p)) if isinstance(plans, list) else (),
         restarts=sj.restarts,
         pending_since_s=record.pending_since_s if record is not None else sj.submit_time,
         assignment=assignment,
@@ -348,9 +351,26 @@ def _elastic_demand(
 
 
 def _positive(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    """A positive finite number from the job's metadata (anything else: not given)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         return None
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond a float's range
+        return None
+
+
+def _valid_plan(job_id: str, value: Any) -> dict[str, Any] | None:
+    """An execution plan from the job's metadata, or ``None`` for one that is not a plan
+    (logged: the job runs as submitted instead of failing every start)."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        plan_from_mapping(value, f"job {job_id}: plan")
+    except InputError as e:
+        log.warning("%s; the plan is ignored", e)
+        return None
+    return value
 
 
 def _requested_gpu_type(sj: SlurmJob, meta: Mapping[str, Any], config: ControllerConfig) -> str | None:

@@ -1,0 +1,148 @@
+"""One regression test per parser bug the fuzz tests found (each input failed before its fix)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.codec import round_plan_from_json, snapshot_from_json
+from planner.config import config_from_mapping
+from planner.errors import InputError
+from planner.fields import Fields
+from planner.hostlist import expand_hostlist
+from slurm_plugin import planfile
+from slurm_plugin.controller.config import controller_config
+from slurm_plugin.controller.observe import _positive
+from slurm_plugin.directives import decode_comment, parse_directives
+from tests.fuzz.targets import PROFILES, ROUND_PLAN, SNAPSHOT
+from wrapper import checkpoint, status
+
+DEEP = "[" * 5000 + "]" * 5000
+LONG_INT = "9" * 5000
+
+
+@pytest.mark.parametrize("text", [DEEP, LONG_INT, b'{"a": "\xff"}'])
+def test_json_that_python_cannot_load_is_an_input_error(text: str | bytes) -> None:
+    """RecursionError, the 4300-digit ValueError and UnicodeDecodeError escaped before."""
+    with pytest.raises(InputError, match="snap: not valid JSON"):
+        snapshot_from_json(text, "snap")
+    assert decode_comment("mosaic:" + (text if isinstance(text, str) else "x")) is None
+
+
+def test_an_integer_beyond_a_float_is_out_of_range_not_an_overflow() -> None:
+    with pytest.raises(InputError, match="key 'x': expected a finite number"):
+        Fields({"x": 10**400}, "here").req_float("x")
+
+
+def test_round_plan_stage_times_must_be_numbers() -> None:
+    """``float(v)`` raised TypeError/ValueError on a list or a word."""
+    for bad in ([1], "|", None, -1.0):
+        with pytest.raises(InputError, match="stage_times_s: key 'policy'"):
+            round_plan_from_json({**ROUND_PLAN, "stage_times_s": {"policy": bad}}, "rp")
+
+
+@pytest.mark.parametrize("line", ["--deadline-s nan", "--duration-s inf", "--plans '[" + LONG_INT + "]'"])
+def test_directives_refuse_non_finite_numbers_and_unloadable_json(line: str) -> None:
+    with pytest.raises(InputError, match=r"job\.sh:2"):
+        parse_directives(f"#!/bin/bash\n#MOSAIC {line}\n", "job.sh")
+
+
+def test_a_trace_the_csv_module_cannot_split_is_a_trace_error() -> None:
+    from planner.traces.csvio import parse_trace
+
+    with pytest.raises(InputError, match=r"t.csv:\d+: not valid CSV"):
+        parse_trace("job_id,submit_time_s,num_gpus,duration_s,model\na\rb,0,1,1,m\n", "t.csv")
+
+
+def test_a_cluster_of_absurd_size_is_refused_not_built() -> None:
+    from planner.cluster import cluster_from_toml
+
+    toml = '[[nodes]]\ncount = 9223372036854775807\ngpus = 8\ngpu_type = "v100"\ncpus = 8\nmem_gb = 1\n'
+    with pytest.raises(InputError, match="key 'count'"):
+        cluster_from_toml(toml, "c.toml")
+
+
+@pytest.mark.parametrize("text", ["n[1-100000000000]", "n[" + LONG_INT + "]"])
+def test_a_hostlist_of_absurd_size_is_refused_not_expanded(text: str) -> None:
+    with pytest.raises(InputError, match="hostlist"):
+        expand_hostlist(text)
+
+
+def test_an_unknown_preset_names_the_config_file() -> None:
+    with pytest.raises(InputError, match=r"mosaic\.toml \[scheduler\]: key 'preset': unknown"):
+        config_from_mapping({"preset": "-1"}, "mosaic.toml [scheduler]")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_controller_numbers_must_be_finite(value: float) -> None:
+    with pytest.raises(InputError, match="round_s: expected a finite number"):
+        controller_config({"round_s": value})
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("throughput", 5),
+        ("colocation", True),
+        ("sensitivity", {"cpus_per_gpu": [1, float("nan")], "mem_gb_per_gpu": [1], "throughput": [[1], [1]]}),
+        ("sensitivity", {"cpus_per_gpu": [1], "mem_gb_per_gpu": [1], "throughput": [[10**400]]}),
+        (
+            "optimistic",
+            {
+                "cpu_samples_per_s": {"\u00b2": 1.0},
+                "dataset_gb": 1,
+                "sample_kb": 1,
+                "storage_mb_per_s_per_gpu": 1,
+            },
+        ),
+    ],
+)
+def test_profile_documents_refuse_wrong_shapes(key: str, value: object) -> None:
+    from profiles.document import profiles_from_document
+
+    document = json.loads(json.dumps(PROFILES))
+    model = document["models"]["my-llm"]
+    model.pop("sensitivity" if key == "optimistic" else key, None)
+    model[key] = value
+    with pytest.raises(InputError, match=r"p\.json: model 'my-llm'"):
+        profiles_from_document(document, "p.json")
+
+
+def test_job_files_that_are_not_utf8_or_too_deep_are_skipped(tmp_path) -> None:
+    directory = status.status_dir(tmp_path, "42")
+    directory.mkdir(parents=True)
+    (directory / status.HEARTBEATS).write_bytes(b'{"progress": 0.5}\n{"progress": "\xff"}\n' + DEEP.encode())
+    (directory / status.CHECKPOINT_MARKER).write_bytes(b'{"time": ' + LONG_INT.encode() + b"}")
+    assert planfile.last_progress(tmp_path, "42") == 0.5
+    assert planfile.checkpoint_time(tmp_path, "42") is None
+    (directory / status.CHECKPOINT_MARKER).write_text('{"time": ' + str(10**400) + "}")
+    assert planfile.checkpoint_time(tmp_path, "42") is None  # was an OverflowError
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    (plans / "42.json").write_bytes(b"\xff\xfe")
+    assert planfile.current_exec_plan(tmp_path, "42") is None  # was a UnicodeDecodeError
+
+
+def test_a_complete_marker_that_is_not_utf8_is_an_input_error(tmp_path) -> None:
+    step = checkpoint.step_dir(tmp_path, 1)
+    step.mkdir()
+    (step / checkpoint.COMPLETE_MARKER).write_bytes(b"\xff")
+    with pytest.raises(InputError, match="not valid JSON"):
+        checkpoint.latest_complete(tmp_path)
+
+
+def test_a_job_id_with_a_trailing_new_line_names_no_file(tmp_path) -> None:
+    """``re.match`` with ``$`` let ``"42\\n"`` through."""
+    with pytest.raises(InputError, match="job id"):
+        planfile.plan_path(tmp_path, "42\n")
+
+
+@pytest.mark.parametrize("value", [10**400, float("nan"), float("inf"), True, -1, "5"])
+def test_comment_numbers_the_controller_cannot_use_are_not_given(value: object) -> None:
+    assert _positive(value) is None
+    assert _positive(7) == 7.0
+
+
+def test_snapshot_seed_is_valid() -> None:
+    assert snapshot_from_json(SNAPSHOT, "s").jobs

@@ -1,24 +1,39 @@
 """Fitting Rubick's performance model to measured iteration times (Rubick §4.3).
 
 Rubick fits its seven parameters per model by minimising the RMSLE between Eq. 1 and at
-least seven measured points. Mosaic fits all models' samples at once, because some
-models have only three or four samples and some none:
+least seven measured points. Mosaic fits all models' samples at once, hierarchically,
+because some models have only three or four samples and some none:
 
-* the seven ``k``'s are **shared** by all models: they describe the framework and the
-  cluster (backward/forward ratio, overlap degrees, optimizer cost per parameter), not
-  one network;
-* every model has its own **compute rate** (FLOP/s), which stands for the profiled
-  forward time Rubick takes as an input (``terms.py``), and the parameters in
-  ``FitOptions.pooled`` (by default ``k_opt_off`` and ``k_const``) may differ per model;
-* per-model values are *partially pooled*: the fit pays ``pooling × |log deviation|`` for
-  moving a model away from the shared value (``rate_pooling`` for rates), so a model with
-  few samples stays near what the others share, a well-sampled one follows its data,
-  and a model without samples gets the shared values outright;
-* ``k_bwd`` is only visible through recompute and overlap when forward times are not
-  measured, so it carries a weak prior at 2 (backward = twice the forward FLOPs).
+* the seven ``k``'s have **shared** values for all models: they describe the framework
+  and the cluster (backward/forward ratio, overlap degrees, optimizer cost per
+  parameter), not one network;
+* every model has its own **compute rate** (FLOP/s), the forward time's stand-in for
+  plans never profiled (``terms.py``), and the parameters in ``FitOptions.pooled`` (by
+  default ``k_bwd``, ``k_opt_off`` and ``k_const``) may differ per model;
+* per-model values are *partially pooled*, a prior in log space: the fit pays
+  ``weight × (log deviation)`` (one least-squares row) for moving a model away from the
+  shared value (``pooling``, per parameter ``pooling_by``, ``rate_pooling`` for rates), so
+  a model with few samples stays near what the others share, a well-sampled one follows
+  its data, and a model without samples (LLaMA-30B in the bundled data) gets the shared
+  values outright. ``k_bwd`` gets its own, stronger weight (``pooling_by``): the
+  backward/forward ratio is a property of the layer type and kernels, and a model whose
+  samples are all one plan (LLaMA-2-7B: ZeRO-Offload+GC only) cannot separate it from the
+  offload terms. The weights were chosen by leave-one-out cross-validation on the samples
+  (:func:`leave_one_out`; ``benchmarks/perfmodel.py`` reports it), never on validation
+  points;
+* the samples' **profiled forward times** (``Measurement.fwd_time_s``) are used twice, as
+  Rubick's own fit uses its profiled times: as each sample's ``T_fwd`` input
+  (``fwd_as_input``) and as a second target that calibrates the model's compute rate
+  (``fwd_weight``); a forward time below the physical floor (``Environment.peak_tflops``)
+  is not used;
+* ``k_bwd`` carries a weak prior at 2 (backward = twice the forward FLOPs).
 
 The fit is ``scipy.optimize.least_squares`` on log errors (RMSLE) with those penalty rows,
 started from three fixed points (deterministic); the best one wins.
+
+No tensor- or pipeline-parallel samples exist in the bundled data, so the 3D terms
+(``terms.py``) use hardware constants (``Environment``), not fitted ones; the shared
+``k``'s carry over to 3D plans.
 """
 
 from __future__ import annotations
@@ -42,6 +57,7 @@ from profiles.perfmodel.terms import (
     ParamColumns,
     PerfParams,
     breakdown_columns,
+    forward_usable,
     iteration_breakdown,
 )
 
@@ -89,28 +105,32 @@ class Measurement:
 class FitOptions:
     """How the fit shares parameters across models (module docstring)."""
 
-    pooled: tuple[str, ...] = ("k_opt_off", "k_const")
+    pooled: tuple[str, ...] = ("k_bwd", "k_opt_off", "k_const")
     pooling: float = 0.03
     rate_pooling: float = 0.1
+    # Per-parameter pooling weights that override ``pooling``; ``k_bwd``'s was chosen by
+    # leave-one-out on the bundled samples (module docstring, benchmarks/perfmodel.py).
+    pooling_by: tuple[tuple[str, float], ...] = (("k_bwd", 0.3),)
     k_bwd_prior: float = 2.0
     k_bwd_prior_weight: float = 1.0
     # Measured forward times of the samples (``Measurement.fwd_time_s``): ``fwd_weight``
     # weighs a residual of the rate-based forward against them (it calibrates the compute
     # rate), ``fwd_as_input`` feeds them to the sample's own Eq. 1 as Rubick's fit does.
-    # Both off by default: on the bundled samples the leave-one-out error of the iteration
-    # time is lowest without them (their forward times do not scale linearly with the
-    # per-GPU batch, as the rate-based estimate assumes); see BENCHMARKS.md.
-    fwd_weight: float = 0.0
-    fwd_as_input: bool = False
+    # Samples without one are fitted on the rate-based estimate.
+    fwd_weight: float = 1.0
+    fwd_as_input: bool = True
     environment: Environment = field(default_factory=Environment)
 
     def __post_init__(self) -> None:
-        unknown = [k for k in self.pooled if k not in PARAM_NAMES]
+        unknown = [k for k in (*self.pooled, *(k for k, _ in self.pooling_by)) if k not in PARAM_NAMES]
         if unknown:
             raise InputError(f"fit options: unknown parameter(s) {unknown}; valid: {', '.join(PARAM_NAMES)}")
         for key in ("pooling", "rate_pooling", "k_bwd_prior_weight", "fwd_weight"):
             if not getattr(self, key) >= 0:
                 raise InputError(f"fit options: {key} must be >= 0, got {getattr(self, key)!r}")
+        for key, weight in self.pooling_by:
+            if not weight >= 0:
+                raise InputError(f"fit options: pooling weight of {key} must be >= 0, got {weight!r}")
         if not self.k_bwd_prior > 0:
             raise InputError(f"fit options: k_bwd_prior must be > 0, got {self.k_bwd_prior!r}")
 
@@ -171,6 +191,19 @@ class PerfModel:
         k = ParamColumns.of([p for p, _ in chosen], [r for _, r in chosen])
         columns = Columns.of(queries, fwd_times)
         return [float(x) for x in breakdown_columns(columns, k, self.environment)["total"]]
+
+    def unusable_forwards(self, queries: Sequence[Query], fwd_times: Sequence[float | None]) -> list[int]:
+        """Indices of given forward times below the physical floor, which predictions ignore.
+
+        See ``Environment.peak_tflops``: such a time cannot be the forward pass of its
+        configuration; the rate-based estimate is used instead.
+        """
+        if not queries:
+            return []
+        columns = Columns.of(queries, fwd_times)
+        usable = forward_usable(columns, self.environment)
+        given = ~np.isnan(columns.fwd_given)
+        return [int(i) for i in np.flatnonzero(given & ~usable)]
 
     def with_gpu_memory(self, gpu_mem_gb: float | None) -> PerfModel:
         return replace(self, gpu_mem_gb=gpu_mem_gb)
@@ -236,8 +269,35 @@ def _start(layout: _Layout, overlap_start: float) -> FloatArray:
     return theta
 
 
-def fit_perfmodel(measurements: Sequence[Measurement], options: FitOptions | None = None) -> PerfModel:
+def _to_log(name: str, value: float) -> float:
+    return math.log(max(value - 1.0, 1e-12)) if name in _OVERLAP else math.log(value / _SCALE[name])
+
+
+def _warm_start(layout: _Layout, model: PerfModel) -> FloatArray:
+    """The parameter vector of an earlier fit (models it does not know start at the shared values)."""
+    theta = np.zeros(layout.size)
+    for i, name in enumerate(PARAM_NAMES):
+        theta[i] = _to_log(name, getattr(model.shared, name))
+    theta[layout.rate_at] = math.log(model.shared_rate / _RATE_SCALE)
+    dev = theta[layout.dev_at :].reshape(len(layout.names), layout.per_model)
+    for row, key in enumerate(layout.names):
+        fitted = model.models.get(key)
+        if fitted is None:
+            continue
+        for col, j in enumerate(layout.pooled):
+            name = PARAM_NAMES[j]
+            dev[row, col] = _to_log(name, getattr(fitted.params, name)) - theta[j]
+        dev[row, -1] = math.log(fitted.rate / _RATE_SCALE) - theta[layout.rate_at]
+    return theta
+
+
+def fit_perfmodel(
+    measurements: Sequence[Measurement], options: FitOptions | None = None, *, start: PerfModel | None = None
+) -> PerfModel:
     """Fit Rubick's model to measured iteration times (at least seven).
+
+    ``start``: an earlier fit to start from (one start instead of three fixed ones; the
+    leave-one-out refits of :func:`leave_one_out` use the fit on all samples).
 
     Raises :class:`InputError` with fewer than seven measurements or when one model's
     rows disagree on its shape (parameters, sequence, hidden size, layers).
@@ -259,11 +319,12 @@ def fit_perfmodel(measurements: Sequence[Measurement], options: FitOptions | Non
     target = np.log(np.array([m.iter_time_s for m in measurements]))
     env = options.environment
     prior = math.log(options.k_bwd_prior)
-    weights = np.array([options.pooling] * len(layout.pooled) + [options.rate_pooling])
+    by = dict(options.pooling_by)
+    weights = np.array([by.get(k, options.pooling) for k in options.pooled] + [options.rate_pooling])
 
     # Measured forward times, where given and weighted, are a second target (Rubick fits its
     # parameters to the profiled forward, backward+sync and optimizer times and the total).
-    has_fwd = ~np.isnan(given)
+    has_fwd = forward_usable(Columns.of(queries, forwards), env)
     fwd_target = np.log(given[has_fwd])
 
     def parts(theta: FloatArray) -> dict[str, FloatArray]:
@@ -290,8 +351,13 @@ def fit_perfmodel(measurements: Sequence[Measurement], options: FitOptions | Non
 
     lo, hi = _bounds(layout)
     best = None
-    for overlap_start in (0.01, 1.0, 10.0):
-        theta0 = np.clip(_start(layout, overlap_start), lo + 1e-9, hi - 1e-9)
+    starts = (
+        [_warm_start(layout, start)]
+        if start is not None
+        else [_start(layout, overlap_start) for overlap_start in (0.01, 1.0, 10.0)]
+    )
+    for theta_start in starts:
+        theta0 = np.clip(theta_start, lo + 1e-9, hi - 1e-9)
         solution = least_squares(residuals, theta0, bounds=(lo, hi), method="trf", x_scale=1.0)
         if best is None or solution.cost < best.cost:
             best = solution
@@ -336,3 +402,23 @@ def _shapes(measurements: Sequence[Measurement]) -> dict[str, ModelShape]:
                     f"but {getattr(first, attr)} in {where or 'an earlier row'}"
                 )
     return {k: v[0] for k, v in shapes.items()}
+
+
+def leave_one_out(measurements: Sequence[Measurement], options: FitOptions | None = None) -> list[float]:
+    """Relative error of each measurement predicted by a fit on all the others.
+
+    Each refit starts from the fit on all measurements (``fit_perfmodel(start=...)``); a
+    held-out measurement's profiled forward time is fed as the fit's own samples are
+    (``FitOptions.fwd_as_input``). This is how the pooling weights are chosen: on the
+    samples only, never on held-out validation points.
+    """
+    options = options or FitOptions()
+    full = fit_perfmodel(measurements, options)
+    errors = []
+    for i, held in enumerate(measurements):
+        rest = [m for j, m in enumerate(measurements) if j != i]
+        model = fit_perfmodel(rest, options, start=full)
+        forward = held.fwd_time_s if options.fwd_as_input else None
+        predicted = model.predict_many([held.query], [forward])[0]
+        errors.append(abs(predicted - held.iter_time_s) / held.iter_time_s)
+    return errors

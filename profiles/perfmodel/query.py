@@ -166,6 +166,10 @@ class Environment:
       parameter and step, fp16 gradients to the CPU and fp16 parameters back.
     * ``reserved_gb``: GPU memory the memory estimate sets aside for the CUDA context,
       NCCL buffers and allocator fragmentation.
+    * ``peak_tflops``: the GPU's dense fp16/bf16 tensor-core peak (A800/A100: 312
+      TFLOP/s). No forward pass can beat it: a profiled forward time shorter than the
+      configuration's forward FLOPs at this peak on all its GPUs is not a forward time of
+      that configuration (a unit or bookkeeping slip) and is not used (``terms.py``).
     """
 
     intra_gb_s: float = 150.0
@@ -175,6 +179,7 @@ class Environment:
     activation_bytes: float = 2.0
     offload_bytes: float = 4.0
     reserved_gb: float = 3.0
+    peak_tflops: float = 312.0
 
     def __post_init__(self) -> None:
         for key in (
@@ -184,6 +189,7 @@ class Environment:
             "grad_bytes",
             "activation_bytes",
             "offload_bytes",
+            "peak_tflops",
         ):
             value = getattr(self, key)
             if not (math.isfinite(value) and value > 0):

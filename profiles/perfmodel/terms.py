@@ -18,6 +18,11 @@ Where Mosaic departs from the paper, and why:
   the forward time of one sample on one GPU is the model's forward FLOPs
   (:meth:`ModelShape.forward_flops_per_sample`) over a per-model *compute rate* that is
   fitted with the ``k``'s (``fit.py``), so that plans never profiled can be predicted.
+  A given forward time below the physical floor (the iteration's forward FLOPs at the
+  GPUs' dense peak, ``Environment.peak_tflops``) is not a forward time of that
+  configuration and is ignored in favour of the estimate (the LLaMA-2-7B ZeRO-Offload
+  points of Rubick's validate script feed 3 ms for a forward pass that takes at least
+  0.7 s at 312 TFLOP/s).
 * **Offload copies.** The paper divides ``T_off`` by ``d`` (every GPU copies its own
   partition over its own PCIe link). The measurements behind the bundled samples show
   an offload cost that does not shrink with more GPUs on a node (BERT: about 0.1 s at
@@ -193,6 +198,23 @@ def _inter_share(env: Environment, c: Columns) -> FloatArray:
     return share
 
 
+def forward_floor(c: Columns, env: Environment) -> FloatArray:
+    """The shortest possible forward time of each query's iteration (seconds).
+
+    Every sample of the global batch costs :meth:`ModelShape.forward_flops_per_sample`;
+    the job's ``d·t·p`` GPUs cannot do them faster than at their peak rate.
+    """
+    floor: FloatArray = c.batch * c.flops / (c.dp * c.tp * c.pp * env.peak_tflops * 1e12)
+    return floor
+
+
+def forward_usable(c: Columns, env: Environment) -> npt.NDArray[np.bool_]:
+    """Where a profiled forward time is given and not below :func:`forward_floor`."""
+    given = np.nan_to_num(c.fwd_given, nan=-1.0)
+    usable: npt.NDArray[np.bool_] = given >= forward_floor(c, env)
+    return usable
+
+
 def breakdown_columns(c: Columns, k: ParamColumns, env: Environment) -> dict[str, FloatArray]:
     """Every term of Rubick §4 for every query (seconds); ``total`` is ``T_iter``."""
     d, t, p, a = c.dp, c.tp, c.pp, c.accum
@@ -207,8 +229,11 @@ def breakdown_columns(c: Columns, k: ParamColumns, env: Environment) -> dict[str
     t_stage = micro * (c.flops / k.rate) / (t * p)
     t_fwd_rate = t_stage * (a + p - 1.0)
     # A profiled forward time of the configuration, where given, replaces the estimate
-    # (Rubick's T_fwd is such a measurement); the stage time scales with it.
-    t_fwd = np.where(np.isnan(c.fwd_given), t_fwd_rate, c.fwd_given)
+    # (Rubick's T_fwd is such a measurement); the stage time scales with it. One below
+    # the physical floor (the iteration's forward FLOPs at the GPUs' peak) cannot be a
+    # forward time of this configuration and is not used (Environment.peak_tflops).
+    usable = forward_usable(c, env)
+    t_fwd = np.where(usable, c.fwd_given, t_fwd_rate)
     t_stage = t_fwd / (a + p - 1.0)
     # §4.1 T_bwd = k_bwd·T_fwd; activation checkpointing recomputes the forward pass
     # during the backward pass (Chen et al.), one more T_fwd.

@@ -110,6 +110,7 @@ def run_fit(args: argparse.Namespace) -> int:
 def run_predict(args: argparse.Namespace) -> int:
     model = _load_model(args.params).with_gpu_memory(args.gpu_mem_gb)
     table = parse_table(read_text(args.queries), args.queries, require_time=False, shapes=_shapes(model))
+    _warn_unusable_forwards(model, table)
     out_rows = []
     for row in table.rows:
         predicted = model.iteration_time_s(row.query, row.fwd_time_s)
@@ -124,7 +125,20 @@ def run_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _warn_unusable_forwards(model: PerfModel, table: Table) -> None:
+    rows = list(table.rows)
+    for i in model.unusable_forwards([r.query for r in rows], [r.fwd_time_s for r in rows]):
+        log.warning(
+            "%s: column 'fwd_time_s': %g s is below the forward FLOPs at the GPUs' peak "
+            "(%g TFLOP/s); not used, the forward time is estimated from the fitted rate",
+            rows[i].source,
+            rows[i].fwd_time_s,
+            model.environment.peak_tflops,
+        )
+
+
 def _points(model: PerfModel, table: Table) -> list[PointError]:
+    _warn_unusable_forwards(model, table)
     predicted = model.predict_many([r.query for r in table.rows], [r.fwd_time_s for r in table.rows])
     points = []
     for row, pred in zip(table.rows, predicted, strict=True):

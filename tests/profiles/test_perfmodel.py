@@ -30,6 +30,7 @@ from profiles.perfmodel import (
 )
 from profiles.perfmodel.csvio import parse_table
 from profiles.perfmodel.document import FORMAT, from_document, to_document
+from profiles.perfmodel.fit import leave_one_out
 
 DATA = Path(__file__).resolve().parents[2] / "profiles" / "builtin" / "data" / "rubick"
 ENV = Environment()
@@ -378,3 +379,48 @@ def test_the_bundled_files_carry_profiled_forward_times():
     # GPT-2 ZeRO-DP+GA: the per-micro-batch forward times the accumulation steps.
     assert by_source["ZeRO-DP+GA[result_1]"] == pytest.approx(1.1)
     assert by_source["ZeRO-DP+GA[result_2]"] == pytest.approx(0.55)
+
+
+# -- the physical floor of a forward time, warm starts, leave-one-out ---------------------
+
+
+def test_a_forward_time_below_the_physical_floor_is_not_used():
+    llama7 = ModelShape("llama7", params=6738e6, seq_len=2048, hidden=4096, layers=32)
+    q = make_query(llama7, 1, 8, OFFLOAD, cpus_per_gpu=4)
+    # 8 samples x 24·s·l·h²·(1 + s/6h) FLOPs at 312 TFLOP/s: about 0.73 s at the least.
+    floor = 8 * llama7.forward_flops_per_sample() / 312e12
+    assert 0.7 < floor < 0.76
+    estimated = iteration_breakdown(q, PARAMS, RATE, ENV)
+    assert iteration_breakdown(q, PARAMS, RATE, ENV, fwd_time_s=0.003) == estimated
+    assert iteration_breakdown(q, PARAMS, RATE, ENV, fwd_time_s=1.01 * floor).t_fwd == 1.01 * floor
+    model = fit_perfmodel(synthetic(BERT))
+    assert model.unusable_forwards([q, q, q], [0.003, None, 3.0]) == [0]
+
+
+def test_a_warm_started_fit_lands_where_the_cold_one_did():
+    samples = synthetic(BERT) + synthetic(GPT2)
+    cold = fit_perfmodel(samples)
+    warm = fit_perfmodel(samples, start=cold)
+    assert warm.rmsle == pytest.approx(cold.rmsle, abs=1e-6)
+    for name in ("bert", "gpt2"):
+        a, b = cold.model_fit(name), warm.model_fit(name)
+        assert a is not None and b is not None
+        assert b.params.k_bwd == pytest.approx(a.params.k_bwd, rel=1e-3)
+        assert b.rate == pytest.approx(a.rate, rel=1e-3)
+
+
+def test_leave_one_out_predicts_each_noiseless_sample_from_the_others():
+    samples = synthetic(BERT, gpus_list=(1, 2, 4))
+    errors = leave_one_out(samples, FitOptions(pooling=1e-4, rate_pooling=1e-4, k_bwd_prior_weight=0.0))
+    assert len(errors) == len(samples)
+    assert max(errors) < 0.01
+    # A sample whose time disagrees with the rest is badly predicted from them.
+    odd = [*samples[:-1], replace(samples[-1], iter_time_s=2 * samples[-1].iter_time_s)]
+    assert leave_one_out(odd)[-1] > 0.3
+
+
+def test_pooling_weights_name_known_parameters():
+    with pytest.raises(InputError, match="unknown parameter"):
+        FitOptions(pooling_by=(("k_fwd", 1.0),))
+    with pytest.raises(InputError, match="pooling weight of k_bwd"):
+        FitOptions(pooling_by=(("k_bwd", -1.0),))

@@ -149,3 +149,17 @@ def test_a_missing_column_and_a_bad_document_are_errors(params, tmp_path, capsys
     document.write_text(json.dumps({**json.loads(params.read_text()), "format": "other/1"}))
     assert main(["perfmodel", "validate", str(document), str(VALIDATION)]) == 2
     assert "key 'format': expected 'mosaic-perfmodel/1'" in capsys.readouterr().err
+
+
+def test_validate_warns_about_a_forward_time_below_the_physical_floor(params, tmp_path, caplog):
+    measured = tmp_path / "m.csv"
+    measured.write_text(
+        "model,global_batch,gpus,cpus_per_gpu,zero_stage,offload_optimizer,activation_checkpointing,"
+        "iter_time_s,fwd_time_s,source\n"
+        "llama7,8,8,4,2,1,1,9.4,0.000375,script#8 GPUs\n"
+        "llama7,8,4,4,2,1,1,16.098,0.75,script#4 GPUs\n"
+    )
+    with caplog.at_level("WARNING"):
+        assert main(["perfmodel", "validate", str(params), str(measured)]) == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "fwd_time_s" in warnings[0] and "0.000375" in warnings[0]

@@ -89,6 +89,12 @@ def test_the_curve_takes_the_best_plan_and_min_res_is_the_fewest_gpus_matching_t
     assert job_curve(shared_book(), replace(t5, batch_size=None), snap, True) is None
 
 
+def test_gpus_spread_unevenly_are_priced_on_the_next_even_layout():
+    llama = job("1", 24, "llama30", 4, min_gpus=24, max_gpus=64)
+    curve = job_curve(shared_book(), llama, Snapshot(0.0, (A800,), ()), True)
+    assert curve.best(24, 5) == curve.best(24, 6)  # 24 GPUs on 5 nodes: priced as 6 x 4
+
+
 def test_a_rigid_job_chooses_only_among_its_candidate_plans():
     snap = Snapshot(0.0, (A800,), ())
     rigid = job("1", 4, "bert", 32, plan=OFFLOAD_GC)

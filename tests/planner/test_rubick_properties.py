@@ -18,7 +18,7 @@ from planner.config import PRESETS, Tenant, build_scheduler
 from planner.execplan import plan_from_mapping, plan_to_mapping, replan
 from planner.model import Assignment, Job, JobState, Node, Snapshot
 from planner.policies.rubick.allocation import may_reconfigure
-from planner.policies.rubick.curves import job_curve
+from planner.policies.rubick.curves import even_nodes, job_curve
 from planner.policies.rubick.policy import privileged, rubick_usage, shared_book
 from planner.validate import plan_violations
 from tests.planner.test_pipeline_properties import _next_round
@@ -94,7 +94,8 @@ def _throughput(snapshot: Snapshot, job: Job, a: Assignment) -> float | None:
     curve = job_curve(shared_book(), job, snapshot, True)
     assert curve is not None
     plan = replan(plan_from_mapping(a.plan), a.num_gpus, curve.batch)
-    t = shared_book().pricer.iteration_time_s(job.model, plan, len(a.nodes), a.cpus / a.num_gpus)
+    nodes = even_nodes(a.num_gpus, len(a.nodes))
+    t = shared_book().pricer.iteration_time_s(job.model, plan, nodes, a.cpus / a.num_gpus)
     return None if t is None else curve.batch / t
 
 

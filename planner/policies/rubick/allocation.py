@@ -45,7 +45,7 @@ from typing import Any, Self
 from planner.execplan import PlanError, plan_from_mapping, plan_to_mapping, replan
 from planner.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
 from planner.policies.common import options_reader
-from planner.policies.rubick.curves import CurveBook, JobCurve, Point, job_curve
+from planner.policies.rubick.curves import CurveBook, JobCurve, Point, even_nodes, job_curve
 from planner.policies.rubick.policy import neutral_slope, privileged, quotas_of, rubick_usage, shared_book
 from planner.policies.shaping import proportional_share
 from planner.registry import StageContext
@@ -523,7 +523,13 @@ def _price(curve: JobCurve, job: Job, a: Assignment) -> float | None:
     per_gpu = a.cpus / a.num_gpus if a.cpus else curve.cpus_per_gpu
     times = curve.book.pricer.iteration_times(
         curve.model,
-        [(replan(plan_from_mapping(plan), a.num_gpus, curve.batch), len(a.nodes), per_gpu)],
+        [
+            (
+                replan(plan_from_mapping(plan), a.num_gpus, curve.batch),
+                even_nodes(a.num_gpus, len(a.nodes)),
+                per_gpu,
+            )
+        ],
     )
     return None if times[0] is None else curve.batch / times[0]
 

@@ -100,6 +100,7 @@ class CurveBook:
 
     def best(self, model: str, batch: int, space: Space, gpus: int, nodes: int, cpus: float) -> Point | None:
         """The fastest feasible plan of ``space`` on ``gpus`` GPUs over ``nodes`` nodes; ties: first."""
+        nodes = even_nodes(gpus, nodes)
         key = (model, batch, space, gpus, nodes, cpus)
         if key in self._best:
             return self._best[key]
@@ -137,6 +138,12 @@ class CurveBook:
                     continue  # this plan cannot run on ``gpus`` GPUs
         self._plans[key] = plans
         return plans
+
+
+def even_nodes(gpus: int, nodes: int) -> int:
+    """The fewest node count >= ``nodes`` that ``gpus`` spread evenly over (the performance model
+    spreads a job's GPUs evenly; a placement may not)."""
+    return next(n for n in range(max(1, nodes), gpus + 1) if gpus % n == 0) if gpus >= 1 else nodes
 
 
 def layout(gpus: int, gpus_per_node: int) -> int | None:

@@ -36,6 +36,8 @@ def cluster_from_toml(text: str, source: str = "cluster") -> tuple[Node, ...]:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ClusterError(f"{source}: not valid TOML: {e}") from e
+    except RecursionError:
+        raise ClusterError(f"{source}: not valid TOML: nested too deeply") from None
     return cluster_from_mapping(document, source)
 
 

@@ -194,6 +194,15 @@ def _optimistic(f: Fields) -> SensitivityMatrix:
         if not _number(value, positive=True):
             f.fail_key("cpu_samples_per_s", f"value at {key} CPUs must be a positive number, got {value!r}")
         points[int(key)] = float(value)
+    try:
+        return _optimistic_matrix(f, points)
+    except ProfileError as e:  # the cache model's own checks name the key, not the model
+        if str(e).startswith(f.where):
+            raise
+        f.fail(str(e))
+
+
+def _optimistic_matrix(f: Fields, points: dict[int, float]) -> SensitivityMatrix:
     cache = CacheModel(
         dataset_gb=f.req_float("dataset_gb", minimum=0.0),
         sample_kb=f.req_float("sample_kb", minimum=0.0),

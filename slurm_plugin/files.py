@@ -46,6 +46,8 @@ def read_json(path: str | Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from e
+    except (ValueError, RecursionError) as e:  # a 5000-digit number; nesting too deep
+        raise InputError(f"{path}: not valid JSON: {e or 'nested too deeply'}") from None
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
@@ -54,6 +56,8 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"{path}: not valid TOML: {e}") from e
+    except RecursionError:
+        raise InputError(f"{path}: not valid TOML: nested too deeply") from None
 
 
 def bundled_text(name: str) -> str:

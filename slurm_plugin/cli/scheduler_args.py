@@ -68,7 +68,10 @@ def scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
     elif "preset" not in table and args.default_preset is not None:
         table["preset"] = args.default_preset
     if args.option:
-        options = {k: dict(v) for k, v in table.get("options", {}).items()}
+        given = table.get("options", {})
+        if not isinstance(given, dict) or not all(isinstance(v, dict) for v in given.values()):
+            raise ConfigError(f"{args.config}: [scheduler] key 'options': expected one table per stage")
+        options = {k: dict(v) for k, v in given.items()}
         for text in args.option:
             stage, key, value = _parse_option(text)
             options.setdefault(stage, {})[key] = value

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import tempfile
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,11 +242,11 @@ def _read(name: str) -> str:
 
 
 def _toml_table(text: str, key: str) -> Any:
-    """The ``[key]`` table of TOML text (TOML syntax errors are tomllib's, not Mosaic's)."""
-    try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
-        return None
+    """The ``[key]`` table of TOML text, read as the command line reads ``--config`` files
+    (:func:`slurm_plugin.files.read_toml`; its errors name the file)."""
+    from slurm_plugin.files import read_toml
+
+    document = _in_file(text.encode("utf-8", "surrogatepass"), "mosaic.toml", read_toml)
     return document.get(key)
 
 
@@ -285,7 +284,7 @@ def _round_plan(text: str) -> None:
     from planner.codec import round_plan_from_json, round_plan_to_json
 
     plan = round_plan_from_json(text, SOURCE)
-    json.dumps(round_plan_to_json(plan), allow_nan=False)
+    json.dumps(round_plan_to_json(plan))  # plans and policy states are opaque: NaN passes through
 
 
 def _trace(text: str) -> None:

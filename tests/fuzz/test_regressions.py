@@ -146,3 +146,40 @@ def test_comment_numbers_the_controller_cannot_use_are_not_given(value: object) 
 
 def test_snapshot_seed_is_valid() -> None:
     assert snapshot_from_json(SNAPSHOT, "s").jobs
+
+
+def test_toml_nested_too_deeply_is_an_input_error(tmp_path) -> None:
+    """tomllib raises RecursionError (not TOMLDecodeError) on a deeply nested array."""
+    from planner.cluster import cluster_from_toml
+    from slurm_plugin.files import read_json, read_toml
+
+    text = "x = " + "[" * 5000 + "]" * 5000 + "\n"
+    with pytest.raises(InputError, match=r"c\.toml: not valid TOML"):
+        cluster_from_toml(text, "c.toml")
+    path = tmp_path / "mosaic.toml"
+    path.write_text(text)
+    with pytest.raises(InputError, match="not valid TOML"):
+        read_toml(path)
+    path.write_text(DEEP)
+    with pytest.raises(InputError, match="not valid JSON"):
+        read_json(path)
+
+
+def test_the_cache_model_error_names_the_profile_document() -> None:
+    from profiles.document import profiles_from_document
+
+    document = json.loads(json.dumps(PROFILES))
+    document["models"]["my-cnn"]["optimistic"]["dataset_gb"] = 0
+    with pytest.raises(InputError, match=r"p\.json: model 'my-cnn': optimistic: cache model: dataset_gb"):
+        profiles_from_document(document, "p.json")
+
+
+@pytest.mark.parametrize("options", ["options = 5", "options = {policy = 3}"])
+def test_options_that_are_not_tables_beside_a_command_line_option(options: str, tmp_path, capsys) -> None:
+    """``-o`` merged into ``[scheduler] options`` with ``.items()`` / ``dict(v)``: AttributeError."""
+    from slurm_plugin.cli.main import main
+
+    config = tmp_path / "mosaic.toml"
+    config.write_text(f'[scheduler]\npreset = "las"\n{options}\n')
+    assert main(["sim", "--config", str(config), "-o", "policy.x=1", "--out", str(tmp_path / "o")]) == 2
+    assert "key 'options': expected one table per stage" in capsys.readouterr().err

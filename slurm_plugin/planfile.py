@@ -22,6 +22,7 @@ two can insist that the job's user owns the directory.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -41,6 +42,7 @@ from wrapper.plandoc import PlanFileError, parse_plan_document, plan_document
 FORMAT = plandoc.FORMAT
 HEARTBEATS = status.HEARTBEATS
 CHECKPOINT_MARKER = status.CHECKPOINT_MARKER
+log = logging.getLogger(__name__)
 
 PLAN_MODE = 0o644
 PLANS_DIR_MODE = 0o755
@@ -165,9 +167,21 @@ def read_heartbeats(spool: str | Path, job_id: str, owner_uid: int | None = None
     return [] if directory is None else list(status.read_records(directory / status.HEARTBEATS))
 
 
-def checkpoint_time(spool: str | Path, job_id: str) -> float | None:
-    """When the job last reported a finished checkpoint (its marker's ``time``)."""
-    marker = status.read_marker(status_dir(spool, job_id) / CHECKPOINT_MARKER)
+def _quiet_status_dir(spool: str | Path, job_id: str, owner_uid: int | None) -> Path | None:
+    """The job's status directory if it can be trusted, else ``None`` (logged): the
+    controller's tick reads it and must not fail on what a job put there."""
+    try:
+        return _trusted_status_dir(spool, job_id, owner_uid)
+    except PlanFileError as e:
+        log.warning("job %s: status ignored: %s", job_id, e)
+        return None
+
+
+def checkpoint_time(spool: str | Path, job_id: str, owner_uid: int | None = None) -> float | None:
+    """When the job last reported a finished checkpoint (its marker's ``time``); ``None``
+    also when the status directory is a link or (``owner_uid``) another user's."""
+    directory = _quiet_status_dir(spool, job_id, owner_uid)
+    marker = status.read_marker(directory / CHECKPOINT_MARKER) if directory is not None else None
     value = marker.get("time") if marker is not None else None
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -178,9 +192,13 @@ def checkpoint_time(spool: str | Path, job_id: str) -> float | None:
     return when if math.isfinite(when) else None
 
 
-def last_progress(spool: str | Path, job_id: str) -> float | None:
-    """The ``progress`` of the job's newest heartbeat that has one (torn lines skipped)."""
-    for record in reversed(list(status.read_records(status_dir(spool, job_id) / HEARTBEATS))):
+def last_progress(spool: str | Path, job_id: str, owner_uid: int | None = None) -> float | None:
+    """The ``progress`` of the job's newest heartbeat that has one (torn lines skipped);
+    ``None`` also when the status directory is a link or (``owner_uid``) another user's."""
+    directory = _quiet_status_dir(spool, job_id, owner_uid)
+    if directory is None:
+        return None
+    for record in reversed(list(status.read_records(directory / HEARTBEATS))):
         value = record.get("progress")
         if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1:
             return float(value)

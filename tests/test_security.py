@@ -228,6 +228,35 @@ def test_a_status_directory_that_is_a_link_is_refused(tmp_path: Path) -> None:
         planfile.read_heartbeats(tmp_path / "spool", "42")
 
 
+def test_a_status_directory_that_is_a_link_is_ignored_by_the_tick(tmp_path: Path) -> None:
+    """What the controller's tick reads (progress, checkpoint time) never raises."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / status.HEARTBEATS).write_text('{"progress": 0.5}\n')
+    (elsewhere / status.CHECKPOINT_MARKER).write_text('{"time": 5.0}\n')
+    (tmp_path / "spool" / "status").mkdir(parents=True)
+    (tmp_path / "spool" / "status" / "42").symlink_to(elsewhere)
+    assert planfile.last_progress(tmp_path / "spool", "42") is None
+    assert planfile.checkpoint_time(tmp_path / "spool", "42") is None
+
+
+def test_another_users_status_directory_tells_the_controller_nothing(tmp_path: Path) -> None:
+    """``status/`` is world-writable: a user may create the directory of a job id that is not
+    theirs (before that job starts) to fake its progress or its checkpoint. Given the job's
+    uid, the controller ignores a directory somebody else owns."""
+    directory = _job_status(tmp_path / "spool")
+    (directory / status.HEARTBEATS).write_text('{"progress": 0.9}\n')
+    (directory / status.CHECKPOINT_MARKER).write_text('{"time": 5.0}\n')
+    mine, other = os.getuid(), os.getuid() + 1
+    assert planfile.last_progress(tmp_path / "spool", "42", mine) == 0.9
+    assert planfile.checkpoint_time(tmp_path / "spool", "42", mine) == 5.0
+    assert planfile.last_progress(tmp_path / "spool", "42", other) is None
+    assert planfile.checkpoint_time(tmp_path / "spool", "42", other) is None
+    assert planfile.read_checkpoint_marker(tmp_path / "spool", "42", mine) is not None
+    with pytest.raises(InputError, match="not the job's user"):
+        planfile.read_heartbeats(tmp_path / "spool", "42", other)
+
+
 def test_a_fifo_as_heartbeat_file_does_not_block_the_controller(tmp_path: Path) -> None:
     directory = _job_status(tmp_path / "spool")
     os.mkfifo(directory / status.HEARTBEATS)

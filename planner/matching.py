@@ -23,6 +23,8 @@ Objectives, for a cost (or weight) matrix C of shape (n, m) and allowed pairs A:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.optimize import linear_sum_assignment
@@ -79,3 +81,180 @@ def total(matrix: ArrayLike, pairs: list[tuple[int, int]]) -> float:
     """Sum of the matrix entries of ``pairs``."""
     m = np.asarray(matrix, dtype=float)
     return float(sum(m[r, c] for r, c in pairs))
+
+
+def assign_by_kind(
+    kind_weights: ArrayLike,
+    kind_allowed: ArrayLike,
+    row_kind: ArrayLike,
+    col_kind: ArrayLike,
+    col_cost: ArrayLike | None = None,
+    bonus: Mapping[tuple[int, int], float] | None = None,
+) -> list[tuple[int, int]]:
+    """A maximum-weight matching of rows and columns that come in a few kinds; sorted by row.
+
+    Row r and column c have weight  K[row_kind[r], col_kind[c]] - col_cost[c] + bonus[(r, c)]
+    and may be matched only where ``kind_allowed`` holds. The matching maximises the total
+    weight over matchings of any cardinality, as ``assign(..., maximize=True)`` does on the
+    full matrix (a pair of weight <= 0 is never returned), but it works on the kinds: a
+    min-cost flow source -> row kind (capacity: its rows) -> column kind -> sink, where
+    the sink arcs of a column kind are its columns, cheapest ``col_cost`` first (so a kind
+    always uses its cheapest columns). Rows or columns named in ``bonus`` become kinds of
+    their own. Successive shortest paths (Bellman-Ford on the kinds) push as many units
+    at once as stay on a shortest path, so the work grows with the kinds, not the jobs.
+
+    Among optimal matchings it returns a canonical one: the columns of a kind that are
+    matched are its cheapest (then lowest index); they go to row kinds in kind order, and
+    within a row kind the i-th row (in index order) gets the i-th of its columns (in
+    index order). ``linear_sum_assignment`` on the full matrix reaches an optimum of the
+    same total, but among tied optima its choice follows rounding in its dual updates,
+    which no reduction reproduces.
+
+    >>> assign_by_kind([[2.0, 3.0]], [[True, True]], [0, 0], [0, 1, 1], [0.0, 0.1, 0.2])
+    [(0, 1), (1, 2)]
+    """
+    weights = np.array(kind_weights, dtype=float)
+    allowed = np.array(kind_allowed, dtype=bool)
+    rk = np.asarray(row_kind, dtype=int)
+    ck = np.asarray(col_kind, dtype=int)
+    cost = np.zeros(len(ck)) if col_cost is None else np.asarray(col_cost, dtype=float)
+    if weights.ndim != 2 or allowed.shape != weights.shape:
+        raise ValueError(f"kind weights {weights.shape} and allowed {allowed.shape} must be one 2-D shape")
+    if rk.ndim != 1 or ck.ndim != 1 or cost.shape != ck.shape:
+        raise ValueError(
+            f"row kinds {rk.shape}, column kinds {ck.shape} and column costs {cost.shape} must be 1-D,"
+            " one cost per column"
+        )
+    if not np.isfinite(weights[allowed]).all() or not np.isfinite(cost).all():
+        raise ValueError("kind weights of allowed pairs and column costs must be finite")
+    if (rk.size and not (rk.min() >= 0 and rk.max() < weights.shape[0])) or (
+        ck.size and not (ck.min() >= 0 and ck.max() < weights.shape[1])
+    ):
+        raise ValueError(f"a row or column kind is outside the {weights.shape} kind matrix")
+    extra = dict(bonus or {})
+    for r, c in extra:
+        if not (0 <= r < len(rk) and 0 <= c < len(ck)):
+            raise ValueError(f"bonus pair {(r, c)} is outside {len(rk)} rows x {len(ck)} columns")
+    if not rk.size or not ck.size:
+        return []
+    # Rows and columns with a bonus become kinds of their own (their other weights unchanged).
+    special_rows = sorted({r for r, _ in extra})
+    special_cols = sorted({c for _, c in extra})
+    row_groups: list[list[int]] = [[] for _ in range(weights.shape[0])]
+    row_base: list[int] = list(range(weights.shape[0]))
+    special_r = set(special_rows)
+    for r in range(len(rk)):
+        if r not in special_r:
+            row_groups[rk[r]].append(r)
+    for r in special_rows:
+        row_groups.append([r])
+        row_base.append(int(rk[r]))
+    col_groups: list[list[int]] = [[] for _ in range(weights.shape[1])]
+    col_base: list[int] = list(range(weights.shape[1]))
+    special_c = set(special_cols)
+    for c in sorted(range(len(ck)), key=lambda c: (cost[c], c)):
+        if c not in special_c:
+            col_groups[ck[c]].append(c)
+    for c in special_cols:
+        col_groups.append([c])
+        col_base.append(int(ck[c]))
+    w = weights[np.ix_(row_base, col_base)]
+    ok = allowed[np.ix_(row_base, col_base)]
+    row_of = {r: len(row_base) - len(special_rows) + k for k, r in enumerate(special_rows)}
+    col_of = {c: len(col_base) - len(special_cols) + k for k, c in enumerate(special_cols)}
+    for (r, c), value in extra.items():
+        w[row_of[r], col_of[c]] += value
+    flow = _kind_flow(w, ok, [len(g) for g in row_groups], [cost[g] for g in col_groups])
+    # Canonical pairs from the kind-level flow (see the docstring).
+    per_row_kind: list[list[int]] = [[] for _ in row_groups]
+    for b, group in enumerate(col_groups):
+        taken = 0
+        for a in range(len(row_groups)):
+            n = int(flow[a, b])
+            per_row_kind[a].extend(group[taken : taken + n])
+            taken += n
+    pairs: list[tuple[int, int]] = []
+    for a, cols in enumerate(per_row_kind):
+        pairs.extend(zip(row_groups[a], sorted(cols), strict=False))
+    pairs = [(r, c) for r, c in pairs if weights[rk[r], ck[c]] - cost[c] + extra.get((r, c), 0.0) > 0]
+    return sorted(pairs)
+
+
+_EPS = 1e-13  # below this, two path lengths are equal (kind weights are O(1))
+
+
+def _kind_flow(w: np.ndarray, ok: np.ndarray, supply: list[int], unit_cost: list[np.ndarray]) -> np.ndarray:
+    """Units x[a, b] of the max-gain flow (see :func:`assign_by_kind`)."""
+    n_a, n_b = w.shape
+    x = np.zeros((n_a, n_b), dtype=int)
+    used = np.zeros(n_a, dtype=int)
+    filled = np.zeros(n_b, dtype=int)
+    supply_arr = np.array(supply, dtype=int)
+    size = np.array([len(u) for u in unit_cost], dtype=int)
+    w = np.where(ok, w, 0.0)
+    arc = np.where(ok, -w, np.inf)  # cost of row kind a -> column kind b
+    while True:
+        # Bellman-Ford from the source over the residual kind graph.
+        d_a = np.where(used < supply_arr, 0.0, np.inf)
+        pred_a = np.full(n_a, -1)  # -1: straight from the source
+        d_b = np.full(n_b, np.inf)
+        pred_b = np.full(n_b, -1)
+        for _ in range(n_a + n_b + 2):
+            via = d_a[:, None] + arc
+            best = via.argmin(axis=0)
+            cand = via[best, np.arange(n_b)]
+            better_b = cand < d_b - _EPS
+            d_b = np.where(better_b, cand, d_b)
+            pred_b = np.where(better_b, best, pred_b)
+            back = np.where(x > 0, d_b[None, :] + w, np.inf)
+            best_a = back.argmin(axis=1)
+            cand_a = back[np.arange(n_a), best_a]
+            better_a = cand_a < d_a - _EPS
+            d_a = np.where(better_a, cand_a, d_a)
+            pred_a = np.where(better_a, best_a, pred_a)
+            if not better_b.any() and not better_a.any():
+                break
+        else:
+            raise RuntimeError("kind matching: Bellman-Ford did not settle (negative cycle)")
+        open_b = filled < size
+        if not open_b.any():
+            return x
+        nxt = np.array([u[f] if f < len(u) else np.inf for u, f in zip(unit_cost, filled, strict=True)])
+        total = np.where(open_b, d_b + nxt, np.inf)
+        b_star = int(total.argmin())
+        if not total[b_star] < -_EPS:
+            return x
+        # The path: b* <- a <- b' <- a' ... <- source.
+        path: list[tuple[int, int]] = []  # (a, b) forward arcs; reverse arcs between them
+        b = b_star
+        for _ in range(n_a + n_b + 1):
+            a = int(pred_b[b])
+            path.append((a, b))
+            if pred_a[a] < 0:
+                break
+            b = int(pred_a[a])
+        else:
+            raise RuntimeError("kind matching: a path did not reach the source")
+        source_kind = path[-1][0]
+        room = int(supply_arr[source_kind] - used[source_kind])
+        for k in range(len(path) - 1):
+            a_back, b_back = path[k][0], path[k + 1][1]
+            room = min(room, int(x[a_back, b_back]))
+        rest = np.delete(total, b_star)
+        threshold = min(float(rest.min()) if rest.size else np.inf, 0.0)
+        units = unit_cost[b_star]
+        f = int(filled[b_star])
+        push = 1
+        while (
+            push < room
+            and f + push < len(units)
+            and d_b[b_star] + units[f + push] < -_EPS
+            and d_b[b_star] + units[f + push] <= threshold
+        ):
+            push += 1
+        for k, (a, b) in enumerate(path):
+            x[a, b] += push
+            if k + 1 < len(path):
+                x[a, path[k + 1][1]] -= push
+        used[source_kind] += push
+        filled[b_star] += push

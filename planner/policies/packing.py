@@ -26,11 +26,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from planner.matching import assign
+from planner.matching import assign, assign_by_kind
 from planner.model import Assignment, Job, Outcome, Snapshot
 from planner.policies.common import options_reader
 from planner.registry import StageContext
@@ -39,6 +40,10 @@ from profiles.colocation import ColocationModel, Side
 from profiles.schema import plan_key
 
 _RANK_TIE = 1e-9
+# Up to this many matrix entries the Hungarian runs on the full matrix (milliseconds), so
+# its choice among equal-weight matchings stays what it always was; above, the kind-level
+# flow finds a matching of the same total weight in a fraction of the time.
+_FULL_MATRIX_MAX = 200_000
 _NEVER_PACKED = (Outcome.INFEASIBLE, Outcome.NO_GPU_TYPE)
 
 PlanChoice = tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]
@@ -72,15 +77,39 @@ def _plans(job: Job, current: Mapping[str, Any] | None) -> tuple[Mapping[str, An
 
 @dataclass(frozen=True)
 class ClassGraph:
-    """One GPU-count class: placed jobs (rows) x pending jobs (columns)."""
+    """One GPU-count class: placed jobs (rows) x pending jobs (columns), by kind.
+
+    Row r and column c have weight ``kind_weights[row_kind[r], col_kind[c]] - col_tie[c]``
+    (plus ``keep_bonus`` for the pairs in ``keep``), allowed where ``kind_allowed`` holds.
+    :attr:`weights` and :attr:`forbidden` spell that out as full matrices.
+    """
 
     rows: list[Job]
     cols: list[Job]
-    weights: np.ndarray
-    forbidden: np.ndarray
+    kind_weights: np.ndarray
+    kind_allowed: np.ndarray
     row_kind: np.ndarray
     col_kind: np.ndarray
+    col_tie: np.ndarray
+    keep: tuple[tuple[int, int], ...]
+    keep_bonus: float
     kind_plans: dict[tuple[int, int], PlanChoice]
+
+    @cached_property
+    def weights(self) -> np.ndarray:
+        """The full (rows x columns) weight matrix, clipped at 0."""
+        weights = self.kind_weights[np.ix_(self.row_kind, self.col_kind)]
+        weights -= self.col_tie[None, :]
+        for r, c in self.keep:
+            weights[r, c] += self.keep_bonus
+        clipped: np.ndarray = np.maximum(weights, 0.0)
+        return clipped
+
+    @cached_property
+    def forbidden(self) -> np.ndarray:
+        """The full (rows x columns) mask of pairs that may not share."""
+        mask: np.ndarray = ~self.kind_allowed[np.ix_(self.row_kind, self.col_kind)]
+        return mask
 
     def pair(self, r: int, c: int) -> tuple[Job, Job, PlanChoice]:
         """(placed, pending, their plans) for matrix entry (r, c)."""
@@ -186,15 +215,17 @@ class PackingGraph:
                 kind_w[r, c], kind_ok[r, c], kind_plans[(r, c)] = w, ok, plans
         ri = np.array([row_index[k] for k in row_kinds], dtype=int)
         ci = np.array([col_index[k] for k in col_kinds], dtype=int)
-        weights = kind_w[np.ix_(ri, ci)]
-        forbidden = ~kind_ok[np.ix_(ri, ci)]
-        weights -= _RANK_TIE * np.array([self.rank[q.id] for q in cols])[None, :]
-        for c, q in enumerate(cols):
-            if q.is_running and q.assignment is not None:
-                for r, p in enumerate(rows):
-                    if self.draft.assignments[p.id].gpus == q.assignment.gpus:
-                        weights[r, c] += self.options.keep_bonus
-        return ClassGraph(rows, cols, np.maximum(weights, 0.0), forbidden, ri, ci, kind_plans)
+        tie = _RANK_TIE * np.array([self.rank[q.id] for q in cols], dtype=float)
+        row_of_gpus: dict[tuple[object, ...], list[int]] = {}
+        for r, p in enumerate(rows):
+            row_of_gpus.setdefault(tuple(self.draft.assignments[p.id].gpus), []).append(r)
+        keep = tuple(
+            (r, c)
+            for c, q in enumerate(cols)
+            if q.is_running and q.assignment is not None
+            for r in row_of_gpus.get(tuple(q.assignment.gpus), [])
+        )
+        return ClassGraph(rows, cols, kind_w, kind_ok, ri, ci, tie, keep, self.options.keep_bonus, kind_plans)
 
     def _edge(self, p: Job, q: Job) -> tuple[float, bool, PlanChoice]:
         """Best combined normalised throughput of p and q over their plans."""
@@ -292,7 +323,14 @@ class TesseraePacking(_PackingStage):
     component: ClassVar[str] = "tesserae packing"
 
     def match(self, graph: ClassGraph) -> list[tuple[Job, Job, PlanChoice]]:
-        return [graph.pair(r, c) for r, c in assign(graph.weights, maximize=True, forbidden=graph.forbidden)]
+        if len(graph.rows) * len(graph.cols) <= _FULL_MATRIX_MAX:
+            pairs = assign(graph.weights, maximize=True, forbidden=graph.forbidden)
+            return [graph.pair(r, c) for r, c in pairs]
+        bonus = dict.fromkeys(graph.keep, graph.keep_bonus)
+        pairs = assign_by_kind(
+            graph.kind_weights, graph.kind_allowed, graph.row_kind, graph.col_kind, graph.col_tie, bonus
+        )
+        return [graph.pair(r, c) for r, c in pairs]
 
 
 @PACKINGS.register("gavel")
@@ -307,13 +345,43 @@ class GavelPacking(_PackingStage):
     component: ClassVar[str] = "gavel packing"
 
     def match(self, graph: ClassGraph) -> list[tuple[Job, Job, PlanChoice]]:
-        free = np.ones(len(graph.rows), dtype=bool)
+        # Each column takes the free usable row of the highest weight, the first such row
+        # on ties (argmax over the full matrix). Rows of one kind weigh the same for every
+        # column, so only each kind's first free row and the column's keep rows compete.
+        n_kinds = graph.kind_weights.shape[0]
+        members: list[list[int]] = [[] for _ in range(n_kinds)]
+        for r, a in enumerate(graph.row_kind):
+            members[int(a)].append(r)
+        head = [0] * n_kinds  # index into members[a] of its first row that may be free
+        taken = np.zeros(len(graph.rows), dtype=bool)
+        keep_rows: dict[int, list[int]] = {}
+        for r, c in graph.keep:
+            keep_rows.setdefault(c, []).append(r)
         pairs = []
         for c in range(len(graph.cols)):  # columns are in priority order
-            usable = free & ~graph.forbidden[:, c]
-            if not usable.any():
+            b = int(graph.col_kind[c])
+            values = np.maximum(graph.kind_weights[:, b] - graph.col_tie[c], 0.0)
+            special = [r for r in keep_rows.get(c, []) if not taken[r]]
+            best: tuple[float, int] | None = None  # (weight, -row): max weight, then first row
+            for r in special:
+                a = int(graph.row_kind[r])
+                if graph.kind_allowed[a, b]:
+                    w = max(graph.kind_weights[a, b] - graph.col_tie[c] + graph.keep_bonus, 0.0)
+                    if best is None or (w, -r) > best:
+                        best = (w, -r)
+            for a in np.flatnonzero(graph.kind_allowed[:, b]):
+                rows = members[a]
+                k = head[a]
+                while k < len(rows) and taken[rows[k]]:
+                    k += 1
+                head[a] = k
+                while k < len(rows) and (taken[rows[k]] or rows[k] in special):
+                    k += 1
+                if k < len(rows) and (best is None or (values[a], -rows[k]) > best):
+                    best = (float(values[a]), -rows[k])
+            if best is None:
                 continue
-            r = int(np.argmax(np.where(usable, graph.weights[:, c], -np.inf)))
-            free[r] = False
+            r = -best[1]
+            taken[r] = True
             pairs.append(graph.pair(r, c))
         return pairs

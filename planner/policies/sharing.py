@@ -36,11 +36,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Self
 
+import numpy as np
+
 from planner.model import Assignment, GpuSlot, Job, Outcome, Snapshot
 from planner.policies.common import id_key, options_reader, remaining_estimate_s
 from planner.policies.placement import ConsolidatedPlacement
 from planner.registry import StageContext
-from planner.sharing.pair import PairDecision, SubBatchOption, best_setting
+from planner.sharing.pair import PairDecision, SubBatchOption, best_setting, concurrent_completion_s
 from planner.stages import PACKINGS, PLACEMENTS, Draft
 from profiles.interference import PairInterference, Sharer
 from profiles.iteration import IterationModels, accumulation_of, accumulation_plan, micro_batches
@@ -88,6 +90,37 @@ class PairModel:
         self.interference = interference
         self.iteration = IterationModels()
         self._options: dict[tuple[object, ...], PairOptions] = {}
+        self._sides: dict[tuple[object, ...], list[tuple[int | None, int, Sharer]]] = {}
+        self._slowdowns: dict[tuple[object, ...], float] = {}
+
+    def _new_sides(self, new: Job) -> list[tuple[int | None, int, Sharer]]:
+        """The new job's side of a pair at each micro-batch, largest first: (micro, steps, side)."""
+        key = (new.model, new.batch_size, new.num_gpus, plan_key(new.plan))
+        cached = self._sides.get(key)
+        if cached is None:
+            self.profiles.resolve(new.model)  # an unknown model fails here, whether or not it fits
+            cached = []
+            for micro in micro_batches(new.batch_size) if new.batch_size is not None else [None]:
+                batch = new.batch_size
+                if micro is None or batch is None:
+                    plan, steps = new.plan, 1
+                else:
+                    plan, steps = accumulation_plan(batch, micro, new.plan), batch // micro
+                cached.append((micro, steps, Sharer(new.model, new.batch_size, new.num_gpus, plan or None)))
+            self._sides[key] = cached
+        return cached
+
+    def _slowdown(self, new: Job, gpu_type: str, nodes: int, micro: int | None, steps: int) -> float:
+        """The new job's accumulation slowdown at ``micro`` (memoised: it does not depend on the host)."""
+        key = (new.model, new.batch_size, new.num_gpus, gpu_type, nodes, micro, steps)
+        cached = self._slowdowns.get(key)
+        if cached is None:
+            profile = self.profiles.resolve(new.model)
+            cached = self.iteration.accumulation_slowdown(
+                profile, gpu_type, new.batch_size, new.num_gpus, nodes, steps
+            )
+            self._slowdowns[key] = cached
+        return cached
 
     def solo_slowdown(self, job: Job, plan: Mapping[str, Any] | None, gpu_type: str, nodes: int) -> float:
         """The job's time alone with ``plan``'s accumulation over its time without."""
@@ -108,20 +141,12 @@ class PairModel:
         if cached is not None:
             return cached
         host_side = Sharer(host.model, host.batch_size, host.num_gpus, host_plan)
-        profile = self.profiles.resolve(new.model)
         found = []
-        for micro in micro_batches(new.batch_size) if new.batch_size is not None else [None]:
-            batch = new.batch_size
-            plan = new.plan if micro is None or batch is None else accumulation_plan(batch, micro, new.plan)
-            ratios = self.interference.ratios(
-                host_side, Sharer(new.model, new.batch_size, new.num_gpus, plan or None), gpu_type
-            )
+        for micro, steps, sharer in self._new_sides(new):
+            ratios = self.interference.ratios(host_side, sharer, gpu_type)
             if ratios is None:
                 continue  # out of GPU memory at this micro-batch
-            steps = 1 if micro is None or batch is None else batch // micro
-            slowdown = self.iteration.accumulation_slowdown(
-                profile, gpu_type, batch, new.num_gpus, nodes, steps
-            )
+            slowdown = self._slowdown(new, gpu_type, nodes, micro, steps)
             found.append(SubBatchOption(micro, steps, slowdown, ratios[0], ratios[1]))
         self._options[key] = result = PairOptions(tuple(found), _undominated(found))
         return result
@@ -151,6 +176,8 @@ class _Round:
     assignments: dict[str, Assignment]
     hosts: dict[str, None] = field(default_factory=dict)  # jobs alone on all their GPUs, in order
     remaining: dict[str, float] = field(default_factory=dict)
+    index: _HostIndex | None = None
+    largest: dict[tuple[str, ...] | None, int] = field(default_factory=dict)
 
     @classmethod
     def start(cls, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> _Round:
@@ -169,6 +196,7 @@ class _Round:
                 and all(holders[s] == 1 for s in placed.gpus)
             ):
                 state.hosts[job.id] = None
+        state.index = _HostIndex.build(state)
         return state
 
     def gpu_type(self, a: Assignment) -> str:
@@ -176,7 +204,12 @@ class _Round:
 
     def largest_node(self, job: Job) -> int:
         """GPUs of the largest node ``job`` may use (one of a type it accepts)."""
-        return max((n.gpus for n in self.snapshot.nodes if job.accepts_type(n.gpu_type)), default=0)
+        key = job.accepted_types
+        cached = self.largest.get(key)
+        if cached is None:
+            cached = max((n.gpus for n in self.snapshot.nodes if job.accepts_type(n.gpu_type)), default=0)
+            self.largest[key] = cached
+        return cached
 
     def host_remaining_s(self, model: PairModel, host_id: str) -> float:
         """The host's solo time left, with the accumulation it runs with (memoised per round)."""
@@ -194,6 +227,172 @@ class _Round:
             a = self.assignments[host]
             self.assignments[host] = Assignment(a.gpus, a.cpus, a.mem_gb, a.plan, (job.id,))
             del self.hosts[host]
+            if self.index is not None:
+                self.index.remove(host)
+
+
+@dataclass(frozen=True)
+class _Group:
+    """The hosts one kind of new job may join (kind-level checks passed), flattened.
+
+    ``hosts``: host numbers; ``fitting``: per host, the micro-batches that fit beside it;
+    ``slowdown``/``xi_running``/``xi_new`` (hosts x options, ``valid`` where an option
+    exists): each host's contenders (Algorithm 2); ``slots``/``slot_pos``: the hosts'
+    GPUs (global numbers) and which host each belongs to (position in ``hosts``).
+    """
+
+    hosts: np.ndarray
+    fitting: list[tuple[SubBatchOption, ...]]
+    slowdown: np.ndarray
+    xi_running: np.ndarray
+    xi_new: np.ndarray
+    valid: np.ndarray
+    slots: np.ndarray
+    slot_pos: np.ndarray
+
+    def only(self, keep: np.ndarray) -> _Group:
+        """The group of the hosts where ``keep`` holds."""
+        kept = np.flatnonzero(keep)
+        position = np.full(len(self.hosts), -1)
+        position[kept] = np.arange(len(kept))
+        slot_kept = keep[self.slot_pos]
+        return _Group(
+            hosts=self.hosts[kept],
+            fitting=[self.fitting[k] for k in kept],
+            slowdown=self.slowdown[kept],
+            xi_running=self.xi_running[kept],
+            xi_new=self.xi_new[kept],
+            valid=self.valid[kept],
+            slots=self.slots[slot_kept],
+            slot_pos=position[self.slot_pos[slot_kept]],
+        )
+
+
+@dataclass
+class _HostIndex:
+    """The round's hosts by kind, and their GPUs in cluster order, as arrays.
+
+    Whether a job may join a host, and its options there, depend only on the host's
+    kind (model, batch, GPUs, plan, GPU type, the GPU types of its nodes) and the job's
+    kind; so the stage asks once per pair of kinds and ranks the hosts with numpy.
+    """
+
+    hosts: list[str]
+    position: dict[str, int]
+    alive: np.ndarray  # per host
+    kinds: list[tuple[int, list[int]]]  # (representative host, member hosts) per kind
+    slot_start: np.ndarray  # per host: the global number of its first GPU (a host's GPUs are consecutive)
+    slot_count: np.ndarray  # per host: its GPUs
+    slot_host: np.ndarray  # per GPU of a host: the host, ...
+    slot_order: np.ndarray  # ... its rank in cluster order (node, then GPU), ...
+    slot_node: np.ndarray  # ... and its node's rank
+    slots: list[GpuSlot]
+    remaining: np.ndarray  # per host: solo time left (NaN until needed)
+    groups: dict[tuple[object, ...], _Group | None] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, state: _Round) -> _HostIndex:
+        hosts = list(state.hosts)
+        node_rank = {n.name: i for i, n in enumerate(state.snapshot.nodes)}
+        by_kind: dict[tuple[object, ...], list[int]] = {}
+        slot_start, slot_count = [], []
+        slot_host: list[int] = []
+        slot_node: list[int] = []
+        slots: list[GpuSlot] = []
+        for h, host in enumerate(hosts):
+            job, a = state.jobs[host], state.assignments[host]
+            types = tuple(sorted({state.snapshot.node(n).gpu_type for n in a.nodes}))
+            kind = (job.model, job.batch_size, job.num_gpus, plan_key(a.plan), state.gpu_type(a), types)
+            by_kind.setdefault(kind, []).append(h)
+            slot_start.append(len(slots))
+            slot_count.append(len(a.gpus))
+            for slot in a.gpus:
+                slot_host.append(h)
+                slot_node.append(node_rank[slot[0]])
+                slots.append(slot)
+        order = sorted(range(len(slots)), key=lambda k: (slot_node[k], slots[k]))
+        slot_order = np.empty(len(slots), dtype=int)
+        slot_order[order] = np.arange(len(slots))
+        return cls(
+            hosts=hosts,
+            position={h: k for k, h in enumerate(hosts)},
+            alive=np.ones(len(hosts), dtype=bool),
+            kinds=[(members[0], members) for members in by_kind.values()],
+            slot_start=np.array(slot_start, dtype=int),
+            slot_count=np.array(slot_count, dtype=int),
+            slot_host=np.array(slot_host, dtype=int),
+            slot_order=slot_order,
+            slot_node=np.array(slot_node, dtype=int),
+            slots=slots,
+            remaining=np.full(len(hosts), np.nan),
+        )
+
+    def remove(self, host: str) -> None:
+        self.alive[self.position[host]] = False
+
+    def group(self, state: _Round, model: PairModel, job: Job, nodes: int) -> _Group | None:
+        """The hosts ``job`` fits beside (GPU types it accepts, GPU memory), memoised per job kind."""
+        key = (job.model, job.batch_size, job.num_gpus, plan_key(job.plan), job.accepted_types, nodes)
+        if key in self.groups:
+            group = self.groups[key]
+            if group is not None:
+                alive = self.alive[group.hosts]
+                if 2 * int(alive.sum()) < len(alive):  # most have been taken: drop them
+                    group = self.groups[key] = group.only(alive)
+            return group
+        members: list[int] = []
+        per_kind: list[tuple[int, PairOptions]] = []
+        for rep, hosts in self.kinds:
+            a = state.assignments[self.hosts[rep]]
+            if not all(job.accepts_type(state.snapshot.node(n).gpu_type) for n in a.nodes):
+                continue
+            options = model.options(state.jobs[self.hosts[rep]], a.plan, job, state.gpu_type(a), nodes)
+            if not options.fitting:
+                continue  # does not fit in GPU memory beside this host at any micro-batch
+            members.extend(hosts)
+            per_kind.append((len(hosts), options))
+        if not members:
+            self.groups[key] = None
+            return None
+        width = max(1, *(len(o.contenders) for _, o in per_kind))
+        pad = (1.0, 1.0, 1.0, False)  # no option: never concurrent
+        table = [
+            [(o.slowdown, o.xi_running, o.xi_new, True) for o in options.contenders]
+            + [pad] * (width - len(options.contenders))
+            for _, options in per_kind
+        ]
+        counts_per_kind = [count for count, _ in per_kind]
+        values = np.repeat(np.array([[v[:3] for v in row] for row in table]), counts_per_kind, axis=0)
+        flags = np.array([[v[3] for v in row] for row in table], dtype=bool)
+        valid = np.repeat(flags, counts_per_kind, axis=0)
+        slowdown, xi_running, xi_new = values[:, :, 0], values[:, :, 1], values[:, :, 2]
+        fitting: list[tuple[SubBatchOption, ...]] = []
+        for count, options in per_kind:
+            fitting.extend([options.fitting] * count)
+        numbers = np.array(members, dtype=int)
+        counts = self.slot_count[numbers]
+        slot_pos = np.repeat(np.arange(len(numbers)), counts)
+        offset = np.arange(len(slot_pos)) - np.repeat(np.cumsum(counts) - counts, counts)
+        group = _Group(
+            hosts=numbers,
+            fitting=fitting,
+            slowdown=slowdown,
+            xi_running=xi_running,
+            xi_new=xi_new,
+            valid=valid,
+            slots=self.slot_start[numbers][slot_pos] + offset,
+            slot_pos=slot_pos,
+        )
+        self.groups[key] = group
+        return group
+
+    def remaining_s(self, state: _Round, model: PairModel, hosts: np.ndarray) -> np.ndarray:
+        """Solo time left of each of ``hosts`` (memoised, like :meth:`_Round.host_remaining_s`)."""
+        values: np.ndarray = self.remaining[hosts]
+        for k in np.flatnonzero(np.isnan(values)):
+            h = int(hosts[k])
+            values[k] = self.remaining[h] = state.host_remaining_s(model, self.hosts[h])
+        return values
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,60 +455,69 @@ class _SharingStage(ABC):
         if not one_node and largest == 0:
             return None
         nodes = 1 if one_node else math.ceil(g / largest)
-        candidates: dict[str, _Candidate] = {}
-        for host in state.hosts:
-            a = state.assignments[host]
-            if not all(job.accepts_type(state.snapshot.node(n).gpu_type) for n in a.nodes):
-                continue
-            options = self.model.options(state.jobs[host], a.plan, job, state.gpu_type(a), nodes)
-            if not options.fitting:
-                continue  # does not fit in GPU memory beside this host at any micro-batch
-            candidate = self.candidate(state, host, job, options)
-            if candidate is not None:
-                candidates[host] = candidate
-        if not candidates:
+        index = state.index
+        assert index is not None
+        group = index.group(state, self.model, job, nodes)
+        if group is None:
             return None
-        slots = self._pick_slots(state, candidates, g, one_node)
-        if slots is None:
+        alive = index.alive[group.hosts]
+        if not alive.any():
             return None
-        partners = list(dict.fromkeys(host for host, _ in slots))
-        setting = self.settle(state, job, [candidates[h] for h in partners])
+        ok, keys = self.candidates(state, group, alive, job)
+        ok &= alive
+        if not ok.any():
+            return None
+        picked = self._pick_slots(index, group, ok, keys, g, one_node)
+        if picked is None:
+            return None
+        slots = [index.slots[group.slots[k]] for k in picked]
+        positions = list(dict.fromkeys(int(group.slot_pos[k]) for k in picked))
+        partners = [index.hosts[int(group.hosts[pos])] for pos in positions]
+        chosen = [_Candidate(h, (), group.fitting[pos]) for h, pos in zip(partners, positions, strict=True)]
+        setting = self.settle(state, job, chosen)
         if setting is None:
             return None
         plan: Mapping[str, Any] | None = job.plan
         if setting.micro_batch is not None and job.batch_size is not None:
             plan = accumulation_plan(job.batch_size, setting.micro_batch, job.plan) or None
-        return [s for _, s in slots], partners, plan
+        return slots, partners, plan
 
+    @staticmethod
     def _pick_slots(
-        self, state: _Round, candidates: Mapping[str, _Candidate], g: int, one_node: bool
-    ) -> list[tuple[str, GpuSlot]] | None:
-        """g GPUs of the candidates, best-ranked first; on one server when the job fits one."""
-        node_rank = {n.name: i for i, n in enumerate(state.snapshot.nodes)}
-        ranked = sorted(
-            ((c.key, node_rank[s[0]], s, c.host) for c in candidates.values()
-             for s in state.assignments[c.host].gpus),
-            key=lambda x: (x[0], x[1], x[2]),
-        )  # fmt: skip
+        index: _HostIndex, group: _Group, ok: np.ndarray, keys: np.ndarray, g: int, one_node: bool
+    ) -> list[int] | None:
+        """g GPUs of the candidates (positions in ``group.slots``): lowest key first, then
+        cluster order; on one server when the job fits one, the server whose g-th GPU
+        ranks best (then the first server)."""
+        candidate = np.flatnonzero(ok[group.slot_pos])
+        order = index.slot_order[group.slots[candidate]]
+        key = keys[group.slot_pos[candidate]]
+        if g == 1:  # on one server or not: the best GPU (lowest key, then cluster order)
+            if not candidate.size:
+                return None
+            tied = np.flatnonzero(key == key.min())
+            return [int(candidate[tied[np.argmin(order[tied])]])]
+        ranked = candidate[np.lexsort((order, key))]
         if not one_node:
-            chosen = ranked[:g]
-            return [(h, s) for _, _, s, h in chosen] if len(chosen) == g else None
-        per_node: dict[str, list[tuple[tuple[float, ...], int, GpuSlot, str]]] = {}
-        for entry in ranked:
-            per_node.setdefault(entry[2][0], []).append(entry)
-        best: tuple[tuple[object, ...], list[tuple[str, GpuSlot]]] | None = None
-        for node, entries in per_node.items():
-            if len(entries) < g:
-                continue
-            chosen = entries[:g]
-            cost = (chosen[-1][0], node_rank[node])  # the worst pair it joins, then cluster order
-            if best is None or cost < best[0]:
-                best = (cost, [(h, s) for _, _, s, h in chosen])
-        return None if best is None else best[1]
+            return [int(k) for k in ranked[:g]] if len(ranked) >= g else None
+        node = index.slot_node[group.slots[ranked]]
+        by_node = np.argsort(node, kind="stable")  # by server, ranked within each
+        grouped, node_sorted = ranked[by_node], node[by_node]
+        starts = np.flatnonzero(np.r_[True, node_sorted[1:] != node_sorted[:-1]])
+        ends = np.r_[starts[1:], len(grouped)]
+        full = starts[ends - starts >= g]
+        if not full.size:
+            return None
+        last = full + g - 1  # each full server's g-th best GPU
+        best = full[np.lexsort((node_sorted[last], keys[group.slot_pos[grouped[last]]]))[0]]
+        return [int(k) for k in grouped[best : best + g]]
 
     @abstractmethod
-    def candidate(self, state: _Round, host: str, job: Job, options: PairOptions) -> _Candidate | None:
-        """Whether ``job`` may join ``host``, and how good that is (lower key first)."""
+    def candidates(
+        self, state: _Round, group: _Group, alive: np.ndarray, job: Job
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """For each host of ``group`` (``alive``: still a host): whether ``job`` may join it,
+        and how good that is (a key, lower first)."""
 
     @abstractmethod
     def settle(self, state: _Round, job: Job, hosts: Sequence[_Candidate]) -> SubBatchOption | None:
@@ -333,11 +541,24 @@ class BestSharingBenefitFirst(_SharingStage):
 
     component: ClassVar[str] = "bsbf sharing"
 
-    def candidate(self, state: _Round, host: str, job: Job, options: PairOptions) -> _Candidate | None:
-        decision = self._decide(state, host, job, options.contenders)
-        if not decision.concurrent:
-            return None  # sharing would hurt the pair's average JCT: not a candidate
-        return _Candidate(host, (decision.avg_completion_s,), options.fitting)
+    def candidates(
+        self, state: _Round, group: _Group, alive: np.ndarray, job: Job
+    ) -> tuple[np.ndarray, np.ndarray]:
+        # Theorem 1 per host (sharing that would hurt the pair's average JCT: not a
+        # candidate); the key is the pair's average completion time.
+        assert state.index is not None
+        live = np.flatnonzero(alive)
+        ok = np.zeros(len(group.hosts), dtype=bool)
+        keys = np.full(len(group.hosts), np.inf)
+        ok[live], keys[live] = concurrent_completion_s(
+            state.index.remaining_s(state, self.model, group.hosts[live]),
+            remaining_estimate_s(job),
+            group.slowdown[live],
+            group.xi_running[live],
+            group.xi_new[live],
+            group.valid[live],
+        )
+        return ok, keys
 
     def settle(self, state: _Round, job: Job, hosts: Sequence[_Candidate]) -> SubBatchOption | None:
         # One micro-batch for the job on all its GPUs: the one with the lowest total
@@ -373,8 +594,11 @@ class FirstFitSharing(_SharingStage):
 
     component: ClassVar[str] = "ffs sharing"
 
-    def candidate(self, state: _Round, host: str, job: Job, options: PairOptions) -> _Candidate | None:
-        return _Candidate(host, (), options.fitting)  # equal keys: slots go in cluster order
+    def candidates(
+        self, state: _Round, group: _Group, alive: np.ndarray, job: Job
+    ) -> tuple[np.ndarray, np.ndarray]:
+        # Every host where the job fits; equal keys: slots go in cluster order.
+        return np.ones(len(group.hosts), dtype=bool), np.zeros(len(group.hosts))
 
     def settle(self, state: _Round, job: Job, hosts: Sequence[_Candidate]) -> SubBatchOption | None:
         common = _common_micro_batches(hosts)

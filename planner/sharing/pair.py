@@ -24,6 +24,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True, slots=True)
 class PairTimes:
@@ -126,3 +128,48 @@ def best_setting(running_s: float, new_s: float, options: Sequence[SubBatchOptio
         return PairDecision(False, sequential, sequential, math.inf, None)
     concurrent = best[0] < sequential
     return PairDecision(concurrent, min(best[0], sequential), sequential, best[0], best[1])
+
+
+def concurrent_completion_s(
+    running_s: np.ndarray,
+    new_s: float,
+    slowdown: np.ndarray,
+    xi_running: np.ndarray,
+    xi_new: np.ndarray,
+    valid: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`best_setting` for many running jobs beside one new job, with numpy.
+
+    Row i of the (n, k) option arrays holds running job i's options (Algorithm 2's
+    micro-batches, ``valid`` where one exists); ``running_s`` is (n,) or (n, 1). Returns
+    per running job whether Theorem 1 says share now (``PairDecision.concurrent``) and
+    the pair's average completion time under that verdict
+    (``PairDecision.avg_completion_s``), computed with the same floating-point
+    operations in the same order as :func:`best_setting`, so the numbers are identical.
+
+    >>> one = np.ones((2, 1))
+    >>> running = np.array([3600.0, 100.0])
+    >>> ok, avg = concurrent_completion_s(running, 600.0, one, 1.5 * one, 1.5 * one, one > 0)
+    >>> ok.tolist(), [round(v) for v in avg]
+    ([True, False], [2400, 400])
+    """
+    running = np.asarray(running_s, dtype=float).reshape(-1)
+    sequential = (running + running + new_s) / 2.0
+    finite = np.isfinite(running) & math.isfinite(new_s)
+    if finite.any():
+        bad = np.flatnonzero(finite & ~(running >= 0))
+        PairTimes(float(running[bad[0]]) if bad.size else 0.0, new_s, 1.0, 1.0)  # raises as best_setting does
+    left = running[:, None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        new = new_s * slowdown
+        together_running = xi_running * left
+        together_new = xi_new * new
+        running_first = together_running <= together_new
+        new_first_end = together_new + (left - together_new / xi_running)  # Eq. 22
+        running_first_end = together_running + (new - together_running / xi_new)  # Eq. 19
+        end_running = np.where(running_first, together_running, new_first_end)
+        end_new = np.where(running_first, running_first_end, together_new)
+        value = np.where(valid, (end_running + end_new) / 2.0, np.inf)
+    best = value.min(axis=1) if value.shape[1] else np.full(len(running), np.inf)
+    concurrent = finite & valid.any(axis=1) & (best < sequential)
+    return concurrent, np.where(concurrent, best, sequential)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -166,8 +166,13 @@ class Store:
         if rows:
             with self.db:
                 self.db.executemany("UPDATE jobs SET policy_state = ? WHERE job_id = ?", rows)
-            for _, job_id in rows:
-                self._seen.pop(job_id, None)  # what jobs() read of it is no longer the row
+            for text, job_id in rows:
+                known = self._seen.get(job_id)
+                if known is not None:
+                    # The row as jobs() read it, with this state: if the table still holds
+                    # exactly that, the next jobs() reuses the record without decoding its meta.
+                    row = known[0][:_POLICY_STATE] + (text,) + known[0][_POLICY_STATE + 1 :]
+                    self._seen[job_id] = (row, replace(known[1], policy_state=json.loads(text)))
 
     def next_plan_version(self, job_id: str) -> int:
         with self.db:

@@ -166,7 +166,8 @@ class _PendingJobs:
     queued jobs rebuilding each one every tick costs seconds. Reused only when Slurm's record
     is equal and the store's record and the config are the very objects used last time (the
     store hands back the same record for a row that has not changed): the same inputs, the
-    same output, as a pure function's cache.
+    same output, as a pure function's cache. A store record that kept its meta object, GPU
+    request and progress only updates the fields taken from the rest of it.
     """
 
     def __init__(self) -> None:
@@ -174,8 +175,20 @@ class _PendingJobs:
 
     def get(self, sj: SlurmJob, record: JobRecord, config: ControllerConfig) -> tuple[Job, TaskLayout]:
         hit = self.seen.get(sj.id)
-        if hit is not None and hit[1] is record and hit[2] is config and hit[0] == sj:
-            return hit[3], hit[4]
+        if hit is not None and hit[2] is config and hit[0] == sj:
+            old, job, layout = hit[1], hit[3], hit[4]
+            if old is record:
+                return job, layout
+            if old.meta is record.meta and (old.num_gpus, old.progress) == (record.num_gpus, record.progress):
+                # Only what the store accounts changed (service, pending since, policy state).
+                job = replace(
+                    job,
+                    attained_gpu_s=record.attained_gpu_s,
+                    pending_since_s=record.pending_since_s,
+                    policy_state=record.policy_state,
+                )
+                self.seen[sj.id] = (sj, record, config, job, layout)
+                return job, layout
         job = _managed_job(sj, record, {}, config, 0.0, None)
         layout = task_layout(sj, record)
         self.seen[sj.id] = (sj, record, config, job, layout)

@@ -11,7 +11,7 @@ from planner.codec import snapshot_from_json, snapshot_to_json
 from planner.config import build_scheduler, preset
 from planner.model import JobState
 from slurm_plugin.controller.config import ControllerConfig
-from slurm_plugin.controller.observe import OUTSIDE_PREFIX, build_observation
+from slurm_plugin.controller.observe import OUTSIDE_PREFIX, _managed_job, build_observation
 from slurm_plugin.slurm.parse import parse_sinfo_json, parse_squeue_json
 from slurm_plugin.store import JobRecord
 
@@ -137,6 +137,13 @@ def test_pending_jobs_follow_every_change_of_their_inputs(slurm):
         return next(j for j in obs.snapshot.jobs if j.id == held.id)
 
     assert pending(again).model == "resnet50"
+    accounted = replace(record, attained_gpu_s=3600.0, pending_since_s=5.0, policy_state={"queue": 1})
+    job = pending(build_observation(2e9, jobs, nodes, {held.id: accounted}, CONFIG))
+    assert job == _managed_job(held, accounted, {}, CONFIG, 0.0, None)  # what a full build gives
+    assert (job.attained_gpu_s, job.pending_since_s, job.policy_state) == (3600.0, 5.0, {"queue": 1})
+    progressed = replace(accounted, progress=0.5)
+    job = pending(build_observation(2e9, jobs, nodes, {held.id: progressed}, CONFIG))
+    assert job.progress == 0.5 and job.remaining_s == 300.0
     served = replace(record, attained_gpu_s=7200.0, meta={"model": "bert"})
     assert (pending(build_observation(2e9, jobs, nodes, {held.id: served}, CONFIG)).attained_gpu_s) == 7200.0
     assert pending(build_observation(2e9, jobs, nodes, {held.id: served}, CONFIG)).model == "bert"

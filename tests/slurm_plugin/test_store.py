@@ -86,3 +86,17 @@ def test_unchanged_rows_and_policy_states_follow_every_write(tmp_path):
     other = Store(tmp_path / "s.db")  # another process's write is seen too
     other.set_policy_state({"1": {"queue": 9}})
     assert store.jobs()["1"].policy_state == {"queue": 9}
+
+
+def test_a_policy_state_write_keeps_the_decoded_meta_and_stays_exact(tmp_path):
+    store = Store(tmp_path / "s.db")
+    store.add_jobs([("1", 1, {"model": "a", "plans": [{"tp": 2}]})], 10.0)
+    before = store.jobs()["1"]
+    store.set_policy_state({"1": {"queue": (1, 2)}})
+    after = store.jobs()["1"]
+    assert after.meta is before.meta and after.policy_state == {"queue": [1, 2]}  # as decoded
+    store.account({"1": (5.0, None, 20.0, None)})  # another column changes after the read
+    store.set_policy_state({"1": {"queue": 3}})
+    now = store.jobs()["1"]
+    assert (now.attained_gpu_s, now.policy_state, now.meta) == (5.0, {"queue": 3}, before.meta)
+    assert now == Store(tmp_path / "s.db").jobs()["1"]  # what a fresh read decodes

@@ -74,8 +74,13 @@ def test_validate_json_has_per_model_and_per_plan_errors(params, tmp_path, capsy
     assert result["overall"]["n"] == 99
     assert set(result["per_model"]) == {"bert", "gpt2", "llama30", "llama7", "roberta", "t5", "vit"}
     assert sum(p["n"] for p in result["per_plan"]) == 99
-    # With the model's own forward estimate (fwd_time_s blanked), the data-parallel plans of
-    # the models with seven samples each are well predicted.
+    # The data-parallel models with six or seven samples each are well predicted from the
+    # forward times the validation rows give.
+    for model in ("bert", "roberta", "vit"):
+        assert result["per_model"][model]["avg_pct"] < 6.0
+    # With the model's own forward estimate (fwd_time_s blanked) too, if less well: the rate
+    # is calibrated on the samples' forward times, and BERT's do not scale linearly with the
+    # per-GPU batch (0.227 s at 32 samples, 0.040 s at 4) as the estimate assumes.
     lines = VALIDATION.read_text().splitlines(keepends=True)
     rows = list(csv.reader(lines))
     column = rows[0].index("fwd_time_s")
@@ -86,8 +91,8 @@ def test_validate_json_has_per_model_and_per_plan_errors(params, tmp_path, capsy
             writer.writerow([*row[:column], "", *row[column + 1 :]] if row is not rows[0] else row)
     assert main(["perfmodel", "validate", str(params), str(blanked), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    for model in ("bert", "vit"):
-        assert result["per_model"][model]["avg_pct"] < 6.0
+    assert result["per_model"]["vit"]["avg_pct"] < 6.0
+    assert result["per_model"]["bert"]["avg_pct"] < 10.0
 
 
 def test_fit_on_one_model(tmp_path, capsys):
@@ -151,7 +156,7 @@ def test_a_missing_column_and_a_bad_document_are_errors(params, tmp_path, capsys
     assert "key 'format': expected 'mosaic-perfmodel/1'" in capsys.readouterr().err
 
 
-def test_validate_warns_about_a_forward_time_below_the_physical_floor(params, tmp_path, caplog):
+def test_validate_warns_about_a_forward_time_below_the_physical_floor(params, tmp_path, capsys):
     measured = tmp_path / "m.csv"
     measured.write_text(
         "model,global_batch,gpus,cpus_per_gpu,zero_stage,offload_optimizer,activation_checkpointing,"
@@ -159,7 +164,7 @@ def test_validate_warns_about_a_forward_time_below_the_physical_floor(params, tm
         "llama7,8,8,4,2,1,1,9.4,0.000375,script#8 GPUs\n"
         "llama7,8,4,4,2,1,1,16.098,0.75,script#4 GPUs\n"
     )
-    with caplog.at_level("WARNING"):
-        assert main(["perfmodel", "validate", str(params), str(measured)]) == 0
-    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert len(warnings) == 1 and "fwd_time_s" in warnings[0] and "0.000375" in warnings[0]
+    assert main(["perfmodel", "validate", str(params), str(measured)]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 1
+    assert "m.csv:2: column 'fwd_time_s': 0.000375 s is below" in warnings[0]

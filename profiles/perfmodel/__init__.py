@@ -3,8 +3,9 @@
 * ``query.py``: what is asked (:class:`ModelShape`, :class:`Query`) and the cluster
   (:class:`Environment`);
 * ``terms.py``: the formulas of §4 (:class:`PerfParams`, :func:`iteration_breakdown`);
-* ``fit.py``: fitting the seven parameters by RMSLE (§4.3) across models
-  (:func:`fit_perfmodel` -> :class:`PerfModel`);
+* ``fit.py``: fitting the seven parameters by RMSLE (§4.3) across models, per-model
+  values pooled toward shared ones (:func:`fit_perfmodel` -> :class:`PerfModel`), and
+  the leave-one-out error on the samples that chose the pooling (:func:`leave_one_out`);
 * ``memory.py``: per-GPU memory of a plan and the :func:`fits` check;
 * ``table.py``: the :class:`IterationTimeModel` interface and :class:`MeasuredTable`;
 * ``crius.py``, ``gavel.py``: the same interface over Crius's measured best-plan times
@@ -17,7 +18,7 @@ Pure code: the callers read and write the files.
 
 from profiles.perfmodel.accuracy import Accuracy, ErrorStats, PointError, accuracy, format_accuracy
 from profiles.perfmodel.crius import CriusRecord, CriusTable, builtin_crius
-from profiles.perfmodel.fit import FitOptions, Measurement, ModelFit, PerfModel, fit_perfmodel
+from profiles.perfmodel.fit import FitOptions, Measurement, ModelFit, PerfModel, fit_perfmodel, leave_one_out
 from profiles.perfmodel.gavel import GavelTable
 from profiles.perfmodel.memory import MemoryEstimate, fits, memory_estimate
 from profiles.perfmodel.query import Environment, ModelShape, Query, make_query, plan_label
@@ -49,6 +50,7 @@ __all__ = [
     "fits",
     "format_accuracy",
     "iteration_breakdown",
+    "leave_one_out",
     "make_query",
     "memory_estimate",
     "overlap",

@@ -13,8 +13,10 @@ defaults: 1 node, ``dp = gpus/(tp·pp)``, ``tp = pp = 1``, ZeRO stage 0, no offl
 ``grad_accum`` 1, no activation checkpointing. An optional ``offload_param`` and
 ``heads`` column are read too, and an optional ``fwd_time_s``: the profiled forward time
 of that configuration (seconds, one GPU's forward passes of one iteration), Rubick's
-``T_fwd`` input: a prediction uses it instead of the rate-based estimate, and the fit can
-calibrate the model's compute rate on it (``FitOptions.fwd_weight``); any other column
+``T_fwd`` input: a prediction uses it instead of the rate-based estimate (unless it is
+below the physical floor, ``Environment.peak_tflops``), and the fit feeds it to the
+sample's Eq. 1 and calibrates the model's compute rate on it (``FitOptions.fwd_as_input``,
+``fwd_weight``); any other column
 (``source``, ``rubick_pred_s``) is carried along untouched. Every error names the source,
 the line and the column.
 """

@@ -51,7 +51,7 @@ def add_parser(
         type=float,
         default=FitOptions().pooling,
         help="penalty per unit of log for a model's k_opt_off/k_const leaving the shared value "
-        "(default %(default)s)",
+        "(default %(default)s; k_bwd's weight is FitOptions.pooling_by, chosen by leave-one-out)",
     )
     f.add_argument(
         "--rate-pooling",

@@ -228,7 +228,7 @@ class _Round:
             self.assignments[host] = Assignment(a.gpus, a.cpus, a.mem_gb, a.plan, (job.id,))
             del self.hosts[host]
             if self.index is not None:
-                self.index.remove(host)
+                self.index.retire(host)
 
 
 @dataclass(frozen=True)
@@ -327,7 +327,7 @@ class _HostIndex:
             remaining=np.full(len(hosts), np.nan),
         )
 
-    def remove(self, host: str) -> None:
+    def retire(self, host: str) -> None:
         self.alive[self.position[host]] = False
 
     def group(self, state: _Round, model: PairModel, job: Job, nodes: int) -> _Group | None:

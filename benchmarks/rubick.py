@@ -65,7 +65,14 @@ def run(workload: str, name: str, profiles: ProfileStore) -> dict[str, Any]:
     trace = parse_trace((TRACES / f"rubick_{workload}.csv").read_text(), f"rubick_{workload}.csv")
     config = replace(PRESETS[name], tenants=MT_TENANTS if workload == "mt" else ())
     started = time.perf_counter()
-    result = simulate(nodes, trace, build_scheduler(config, profiles), SimConfig(), profiles=profiles)
+    result = simulate(
+        nodes,
+        trace,
+        build_scheduler(config, profiles),
+        SimConfig(),
+        profiles=profiles,
+        clock=time.perf_counter,
+    )
     s = result.summary
     hours = 3600.0
     row = {

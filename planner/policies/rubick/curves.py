@@ -175,6 +175,13 @@ class JobCurve:
         if nodes is None or gpus < 1:
             return None
         c = self.cpus_per_gpu if cpus is None else cpus
+        key = ("best", gpus, nodes, c)
+        if key not in self._memo:
+            self._memo[key] = self._best(gpus, nodes, c)
+        found: Point | None = self._memo[key]
+        return found
+
+    def _best(self, gpus: int, nodes: int, c: float) -> Point | None:
         best = self.book.best(self.model, self.batch, self.space, gpus, nodes, c)
         if self.space == self.own:
             return best

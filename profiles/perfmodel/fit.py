@@ -404,21 +404,25 @@ def _shapes(measurements: Sequence[Measurement]) -> dict[str, ModelShape]:
     return {k: v[0] for k, v in shapes.items()}
 
 
-def leave_one_out(measurements: Sequence[Measurement], options: FitOptions | None = None) -> list[float]:
+def leave_one_out(
+    measurements: Sequence[Measurement], options: FitOptions | None = None, feed_forward: bool | None = None
+) -> list[float]:
     """Relative error of each measurement predicted by a fit on all the others.
 
     Each refit starts from the fit on all measurements (``fit_perfmodel(start=...)``); a
-    held-out measurement's profiled forward time is fed as the fit's own samples are
-    (``FitOptions.fwd_as_input``). This is how the pooling weights are chosen: on the
+    held-out measurement's profiled forward time is fed to its prediction when
+    ``feed_forward`` is true (default: as the fit's own samples are,
+    ``FitOptions.fwd_as_input``). This is how the pooling weights are chosen: on the
     samples only, never on held-out validation points.
     """
     options = options or FitOptions()
+    feed = options.fwd_as_input if feed_forward is None else feed_forward
     full = fit_perfmodel(measurements, options)
     errors = []
     for i, held in enumerate(measurements):
         rest = [m for j, m in enumerate(measurements) if j != i]
         model = fit_perfmodel(rest, options, start=full)
-        forward = held.fwd_time_s if options.fwd_as_input else None
+        forward = held.fwd_time_s if feed else None
         predicted = model.predict_many([held.query], [forward])[0]
         errors.append(abs(predicted - held.iter_time_s) / held.iter_time_s)
     return errors

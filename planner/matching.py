@@ -23,6 +23,7 @@ Objectives, for a cost (or weight) matrix C of shape (n, m) and allowed pairs A:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 import numpy as np
@@ -99,8 +100,8 @@ def assign_by_kind(
     full matrix (a pair of weight <= 0 is never returned), but it works on the kinds: a
     min-cost flow source -> row kind (capacity: its rows) -> column kind -> sink, where
     the sink arcs of a column kind are its columns, cheapest ``col_cost`` first (so a kind
-    always uses its cheapest columns). Rows or columns named in ``bonus`` become kinds of
-    their own. Successive shortest paths (Bellman-Ford on the kinds) push as many units
+    always uses its cheapest columns). Bonus pairs are pooled by kind (exactly: see the
+    code). Successive shortest paths (Bellman-Ford on the kinds) push as many units
     at once as stay on a shortest path, so the work grows with the kinds, not the jobs.
 
     Among optimal matchings it returns a canonical one: the columns of a kind that are
@@ -137,33 +138,42 @@ def assign_by_kind(
             raise ValueError(f"bonus pair {(r, c)} is outside {len(rk)} rows x {len(ck)} columns")
     if not rk.size or not ck.size:
         return []
-    # Rows and columns with a bonus become kinds of their own (their other weights unchanged).
-    special_rows = sorted({r for r, _ in extra})
-    special_cols = sorted({c for _, c in extra})
-    row_groups: list[list[int]] = [[] for _ in range(weights.shape[0])]
-    row_base: list[int] = list(range(weights.shape[0]))
-    special_r = set(special_rows)
+    # Bonus pairs that share no row or column with another are pooled by (row kind, column
+    # kind, bonus): the group's rows form one kind, its columns another, with the bonus
+    # between the two. Exact: group rows are alike but for their partner, so any flow
+    # that pairs k group rows with k group columns is relabelled onto the k real partners.
+    # Rows and columns of other bonus pairs become kinds of their own.
+    rows_named = Counter(r for r, _ in extra)
+    cols_named = Counter(c for _, c in extra)
+    pools: dict[tuple[int, int, float], list[tuple[int, int]]] = {}
+    for (r, c), value in sorted(extra.items()):
+        if rows_named[r] == 1 and cols_named[c] == 1:
+            pools.setdefault((int(rk[r]), int(ck[c]), value), []).append((r, c))
+    pooled = {pair for pairs_ in pools.values() for pair in pairs_}
+    lone_rows = sorted({r for r, c in extra if (r, c) not in pooled})
+    lone_cols = sorted({c for r, c in extra if (r, c) not in pooled})
+    n_a, n_b = weights.shape
+    row_kinds = [*range(n_a), *(a for a, _, _ in pools), *(int(rk[r]) for r in lone_rows)]
+    col_kinds = [*range(n_b), *(b for _, b, _ in pools), *(int(ck[c]) for c in lone_cols)]
+    row_of = {r: n_a + len(pools) + k for k, r in enumerate(lone_rows)}
+    col_of = {c: n_b + len(pools) + k for k, c in enumerate(lone_cols)}
+    partner: dict[int, int] = {}  # pooled column -> its row
+    for g, pairs_ in enumerate(pools.values()):
+        for r, c in pairs_:
+            row_of[r], col_of[c], partner[c] = n_a + g, n_b + g, r
+    row_groups: list[list[int]] = [[] for _ in row_kinds]
     for r in range(len(rk)):
-        if r not in special_r:
-            row_groups[rk[r]].append(r)
-    for r in special_rows:
-        row_groups.append([r])
-        row_base.append(int(rk[r]))
-    col_groups: list[list[int]] = [[] for _ in range(weights.shape[1])]
-    col_base: list[int] = list(range(weights.shape[1]))
-    special_c = set(special_cols)
+        row_groups[row_of.get(r, int(rk[r]))].append(r)
+    col_groups: list[list[int]] = [[] for _ in col_kinds]
     for c in sorted(range(len(ck)), key=lambda c: (cost[c], c)):
-        if c not in special_c:
-            col_groups[ck[c]].append(c)
-    for c in special_cols:
-        col_groups.append([c])
-        col_base.append(int(ck[c]))
-    w = weights[np.ix_(row_base, col_base)]
-    ok = allowed[np.ix_(row_base, col_base)]
-    row_of = {r: len(row_base) - len(special_rows) + k for k, r in enumerate(special_rows)}
-    col_of = {c: len(col_base) - len(special_cols) + k for k, c in enumerate(special_cols)}
+        col_groups[col_of.get(c, int(ck[c]))].append(c)
+    w = weights[np.ix_(row_kinds, col_kinds)]
+    ok = allowed[np.ix_(row_kinds, col_kinds)]
+    for g, (_, _, value) in enumerate(pools):
+        w[n_a + g, n_b + g] += value
     for (r, c), value in extra.items():
-        w[row_of[r], col_of[c]] += value
+        if (r, c) not in pooled:
+            w[row_of[r], col_of[c]] += value
     flow = _kind_flow(w, ok, [len(g) for g in row_groups], [cost[g] for g in col_groups])
     # Canonical pairs from the kind-level flow (see the docstring).
     per_row_kind: list[list[int]] = [[] for _ in row_groups]
@@ -175,7 +185,11 @@ def assign_by_kind(
             taken += n
     pairs: list[tuple[int, int]] = []
     for a, cols in enumerate(per_row_kind):
-        pairs.extend(zip(row_groups[a], sorted(cols), strict=False))
+        mine = [c for c in cols if c in partner and row_of[partner[c]] == a]  # a pool with its own columns
+        pairs.extend((partner[c], c) for c in mine)
+        busy = {partner[c] for c in mine}
+        rest = [c for c in sorted(cols) if c not in set(mine)]
+        pairs.extend(zip([r for r in row_groups[a] if r not in busy], rest, strict=False))
     pairs = [(r, c) for r, c in pairs if weights[rk[r], ck[c]] - cost[c] + extra.get((r, c), 0.0) > 0]
     return sorted(pairs)
 

@@ -140,6 +140,15 @@ def parse_table(
     shapes: Mapping[str, ModelShape] | None = None,
 ) -> Table:
     """Parse measurement CSV text; ``shapes`` fills empty shape columns by model name."""
+    try:
+        return _parse_table(text, source, require_time, shapes)
+    except csv.Error as e:  # e.g. a bare carriage return inside a cell
+        raise InputError(f"{source}: not CSV the csv module can read: {e}") from e
+
+
+def _parse_table(
+    text: str, source: str, require_time: bool, shapes: Mapping[str, ModelShape] | None
+) -> Table:
     reader = csv.DictReader(io.StringIO(text))
     if not reader.fieldnames:
         raise InputError(f"{source}: empty file (expected a header with {', '.join(REQUIRED)})")

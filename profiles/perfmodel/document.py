@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, fields
 from typing import Any
 
-from planner.errors import ProfileError
+from planner.errors import InputError, ProfileError
 from planner.fields import Fields, json_document
 from profiles.perfmodel.fit import ModelFit, PerfModel
 from profiles.perfmodel.query import Environment, ModelShape
@@ -85,7 +85,10 @@ def from_document(document: Any, source: str = "perfmodel") -> PerfModel:
     env_fields = f.child("environment")
     env_fields.only(_ENV_KEYS)
     given = {k: env_fields.opt_float(k, minimum=0.0) for k in _ENV_KEYS}
-    env = Environment(**{k: v for k, v in given.items() if v is not None})
+    try:
+        env = Environment(**{k: v for k, v in given.items() if v is not None})
+    except InputError as e:
+        raise ProfileError(f"{source}: {e}") from e
     shared_fields = f.child("shared")
     shared_fields.only((*PARAM_NAMES, "flops_per_s"))
     shared, shared_rate = _read_params(shared_fields)

@@ -22,6 +22,7 @@ from typing import Any
 
 from planner import hostlist
 from planner.errors import MosaicError
+from planner.fields import loads_json
 
 
 class SlurmParseError(MosaicError):
@@ -30,7 +31,11 @@ class SlurmParseError(MosaicError):
 
 # -- small pieces -----------------------------------------------------------------------
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+# Index and count fields are short numbers; a longer digit run is garbage, not a GPU (and
+# int() refuses more than 4,300 digits anyway).
+_RANGE = re.compile(r"^(\d{1,9})(?:-(\d{1,9}))?$")
+# More GPU indices than any node has: a range like 0-100000000000 is refused, not built.
+MAX_GPU_INDICES = 4096
 
 
 def expand_hostlist(text: str) -> tuple[str, ...]:
@@ -49,6 +54,8 @@ def expand_indices(text: str) -> tuple[int, ...]:
         if r is None:
             raise SlurmParseError(f"GPU index list {text!r}: bad item {item!r}")
         lo, hi = int(r.group(1)), int(r.group(2) or r.group(1))
+        if hi - lo >= MAX_GPU_INDICES or len(out) + hi - lo >= MAX_GPU_INDICES:
+            raise SlurmParseError(f"GPU index list {text!r}: more than {MAX_GPU_INDICES} indices")
         out += range(lo, hi + 1)
     return tuple(out)
 
@@ -66,6 +73,8 @@ def gres_counts(text: str) -> dict[str, int]:
         name = fields[0]
         count = 1
         if len(fields) > 1 and fields[-1].isdigit():
+            if len(fields[-1]) > 9:
+                raise SlurmParseError(f"GRES {text!r}: count {fields[-1][:20]}... is not a GRES count")
             count = int(fields[-1])
         counts[name] = counts.get(name, 0) + count
     return counts
@@ -117,9 +126,11 @@ def parse_sbatch_id(text: str) -> str:
 
 def _document(text: str, command: str, key: str) -> list[Mapping[str, Any]]:
     try:
-        doc = json.loads(text)
+        doc = loads_json(text)
     except json.JSONDecodeError as e:
         raise SlurmParseError(f"{command}: not valid JSON: {e.msg} at line {e.lineno}") from e
+    except ValueError as e:  # nested too deeply, a number of more digits than Python converts
+        raise SlurmParseError(f"{command}: not valid JSON: {e}") from e
     if not isinstance(doc, dict) or not isinstance(doc.get(key), list):
         raise SlurmParseError(f"{command}: no '{key}' list in the output")
     errors = doc.get("errors") or []

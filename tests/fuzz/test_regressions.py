@@ -8,14 +8,14 @@ import pytest
 
 from planner.codec import round_plan_from_json, snapshot_from_json
 from planner.config import config_from_mapping
-from planner.errors import InputError
+from planner.errors import InputError, MosaicError
 from planner.fields import Fields
 from planner.hostlist import expand_hostlist
 from slurm_plugin import planfile
 from slurm_plugin.controller.config import controller_config
 from slurm_plugin.controller.observe import _positive
 from slurm_plugin.directives import decode_comment, parse_directives
-from tests.fuzz.targets import PROFILES, ROUND_PLAN, SNAPSHOT
+from tests.fuzz.targets import PERFMODEL, PROFILES, ROUND_PLAN, SNAPSHOT
 from wrapper import checkpoint, status
 
 DEEP = "[" * 5000 + "]" * 5000
@@ -183,3 +183,50 @@ def test_options_that_are_not_tables_beside_a_command_line_option(options: str, 
     config.write_text(f'[scheduler]\npreset = "las"\n{options}\n')
     assert main(["sim", "--config", str(config), "-o", "policy.x=1", "--out", str(tmp_path / "o")]) == 2
     assert "key 'options': expected one table per stage" in capsys.readouterr().err
+
+
+# Found by fuzzing in the Slurm output and performance-model parsers.
+DEEP = "[" * 5000 + "]" * 5000
+LONG_INT = "9" * 5000
+
+
+@pytest.mark.parametrize("text", ['{"jobs": ' + DEEP + "}", '{"jobs": [], "x": ' + LONG_INT + "}"])
+def test_squeue_json_python_cannot_load(text: str) -> None:
+    from slurm_plugin.slurm.parse import parse_sinfo_json, parse_squeue_json
+
+    for parse in (parse_squeue_json, parse_sinfo_json):
+        with pytest.raises(MosaicError):
+            parse(text)
+
+
+@pytest.mark.parametrize("which", ["expand_indices", "gres_counts"])
+def test_slurm_fields_with_a_5000_digit_number(which: str) -> None:
+    from slurm_plugin.slurm import parse
+
+    text = LONG_INT if which == "expand_indices" else "gpu:" + LONG_INT
+    with pytest.raises(parse.SlurmParseError):
+        getattr(parse, which)(text)
+
+
+def test_perfmodel_csv_the_csv_module_cannot_split() -> None:
+    from profiles.perfmodel.csvio import parse_table
+
+    with pytest.raises(MosaicError):
+        parse_table("model,global_batch,gpus,iter_time_s\na\rb,1,1,1\n", "m.csv", require_time=True)
+
+
+def test_perfmodel_environment_error_names_the_document() -> None:
+    from profiles.perfmodel.document import from_document
+
+    document = json.loads(json.dumps(PERFMODEL))
+    document["environment"]["pcie_gb_s"] = 0
+    with pytest.raises(MosaicError, match=r"model\.json"):
+        from_document(document, "model.json")
+
+
+def test_a_gpu_index_range_of_a_hundred_billion_is_refused_not_built() -> None:
+    from slurm_plugin.slurm import parse
+
+    with pytest.raises(parse.SlurmParseError, match="more than"):
+        parse.expand_indices("0-100000000")
+    assert parse.expand_indices("0-1,3") == (0, 1, 3)

@@ -26,10 +26,11 @@ if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
 fi
 # The live Slurm path's integration tests bring up a real local Slurm cluster
 # (`mosaic testcluster`): Debian's Slurm 22.05, munge, and MariaDB + slurmdbd for
-# accounting (sacct). Installed only when a program is missing, only as root with apt.
-SLURM_PACKAGES="slurmctld slurmd slurm-client munge slurmdbd mariadb-server slurm-wlm-mysql-plugin"
+# accounting (sacct); lua runs etc/job_submit.lua in its test. Installed only when a program
+# is missing, only as root with apt.
+SLURM_PACKAGES="slurmctld slurmd slurm-client munge slurmdbd mariadb-server slurm-wlm-mysql-plugin lua5.4"
 slurm_missing=""
-for prog in slurmctld slurmd munged sbatch slurmdbd mariadbd sacct; do
+for prog in slurmctld slurmd munged sbatch slurmdbd mariadbd sacct lua5.4; do
     if ! command -v "$prog" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$prog" ]; then
         slurm_missing="$slurm_missing $prog"
     fi

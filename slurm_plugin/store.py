@@ -171,7 +171,7 @@ class Store:
                 if known is not None:
                     # The row as jobs() read it, with this state: if the table still holds
                     # exactly that, the next jobs() reuses the record without decoding its meta.
-                    row = known[0][:_POLICY_STATE] + (text,) + known[0][_POLICY_STATE + 1 :]
+                    row = (*known[0][:_POLICY_STATE], text, *known[0][_POLICY_STATE + 1 :])
                     self._seen[job_id] = (row, replace(known[1], policy_state=json.loads(text)))
 
     def next_plan_version(self, job_id: str) -> int:

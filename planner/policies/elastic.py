@@ -32,7 +32,7 @@ from typing import Any, Self
 
 from planner.execplan import PlanError, plan_from_mapping, plan_to_mapping, replan
 from planner.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
-from planner.policies.common import options_reader
+from planner.policies.common import consolidated_slots, options_reader
 from planner.policies.shaping import proportional_share
 from planner.registry import StageContext
 from planner.stages import RECONFIGURATIONS, Draft
@@ -126,7 +126,7 @@ class ElasticAllocation:
     def _admit(self, snapshot: Snapshot, job: Job, free: _Free) -> tuple[GpuSlot, ...] | None:
         counts = self._counts(job, job.num_gpus) if job.elastic else [job.num_gpus]
         for count in counts:
-            slots = _consolidated(snapshot, job, count, free)
+            slots = consolidated_slots(snapshot, job, count, free.gpus)
             if slots is not None:
                 return slots
         return None
@@ -221,29 +221,6 @@ def _global_batch(job: Job, a: Assignment) -> int | None:
     plan = a.plan or {}
     value = plan.get("global_batch")
     return int(value) if isinstance(value, int) else job.batch_size
-
-
-def _consolidated(snapshot: Snapshot, job: Job, count: int, free: _Free) -> tuple[GpuSlot, ...] | None:
-    """``count`` free GPUs on one node (best fit), else the fewest nodes with equal counts."""
-    nodes = [n for n in snapshot.nodes if job.accepts_type(n.gpu_type)]
-    fits = sorted((len(free.gpus[n.name]), n.name) for n in nodes if len(free.gpus[n.name]) >= count)
-    if fits:
-        name = fits[0][1]
-        return tuple((name, k) for k in free.gpus[name][:count])
-    for spread in range(2, len(nodes) + 1):
-        if count % spread:
-            continue
-        per = count // spread
-        by_type: dict[str, list[tuple[int, str]]] = {}
-        for n in nodes:
-            if len(free.gpus[n.name]) >= per:
-                by_type.setdefault(n.gpu_type, []).append((len(free.gpus[n.name]), n.name))
-        for gpu_type in sorted(by_type):
-            group = sorted(by_type[gpu_type])
-            if len(group) >= spread:
-                chosen = sorted(name for _, name in group[:spread])
-                return tuple((name, k) for name in chosen for k in free.gpus[name][:per])
-    return None
 
 
 def _reshaped(snapshot: Snapshot, job: Job, a: Assignment) -> Assignment:

@@ -44,7 +44,7 @@ from typing import Any, Self
 
 from planner.execplan import PlanError, plan_from_mapping, plan_to_mapping, replan
 from planner.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
-from planner.policies.common import options_reader
+from planner.policies.common import consolidated_slots, options_reader
 from planner.policies.rubick.curves import CurveBook, JobCurve, Point, even_nodes, job_curve
 from planner.policies.rubick.policy import neutral_slope, privileged, quotas_of, rubick_usage, shared_book
 from planner.policies.shaping import proportional_share
@@ -241,7 +241,7 @@ class _Work:
         failed = self._no_fit.get(types)
         if failed is not None and failed[0] == self.free.version and count >= failed[1]:
             return None  # nothing was freed since this count failed for these types
-        slots = _consolidated(self.snapshot, job, count, self.free)
+        slots = consolidated_slots(self.snapshot, job, count, self.free.gpus)
         if slots is None:
             self._no_fit[types] = (self.free.version, count)
         if slots is None:
@@ -567,26 +567,3 @@ def _own_plan(job: Job, gpus: int, mapping: Mapping[str, Any] | None = None) -> 
         return plan_to_mapping(replan(plan_from_mapping(source, f"job {job.id}: plan"), gpus, job.batch_size))
     except PlanError:
         return None
-
-
-def _consolidated(snapshot: Snapshot, job: Job, count: int, free: _Free) -> tuple[GpuSlot, ...] | None:
-    """``count`` free GPUs on one node (best fit), else the fewest nodes of one type, equal counts."""
-    nodes = [n for n in snapshot.nodes if job.accepts_type(n.gpu_type)]
-    fits = sorted((len(free.gpus[n.name]), n.name) for n in nodes if len(free.gpus[n.name]) >= count)
-    if fits:
-        name = fits[0][1]
-        return tuple((name, k) for k in free.gpus[name][:count])
-    for spread in range(2, len(nodes) + 1):
-        if count % spread:
-            continue
-        per = count // spread
-        by_type: dict[str, list[tuple[int, str]]] = {}
-        for n in nodes:
-            if len(free.gpus[n.name]) >= per:
-                by_type.setdefault(n.gpu_type, []).append((len(free.gpus[n.name]), n.name))
-        for gpu_type in sorted(by_type):
-            group = sorted(by_type[gpu_type])
-            if len(group) >= spread:
-                chosen = sorted(name for _, name in group[:spread])
-                return tuple((name, k) for name in chosen for k in free.gpus[name][:per])
-    return None

@@ -95,7 +95,9 @@ def gpu_indices(detail: str) -> tuple[int, ...]:
 
 def parse_memory_mb(text: str) -> int:
     """``8G`` / ``4096M`` / ``1T`` / ``512`` (MB) -> MB."""
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)", text.strip())
+    # At most 15 integer digits (a petabyte in MB is 10 digits): a longer run is garbage, and
+    # float() of 400 digits is infinity, which round() cannot make an int of.
+    m = re.fullmatch(r"(\d{1,15}(?:\.\d{1,15})?)([KMGT]?)", text.strip())
     if m is None:
         raise SlurmParseError(f"memory size {text!r} not understood")
     scale = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}[m.group(2)]

@@ -230,3 +230,11 @@ def test_a_gpu_index_range_of_a_hundred_billion_is_refused_not_built() -> None:
     with pytest.raises(parse.SlurmParseError, match="more than"):
         parse.expand_indices("0-100000000")
     assert parse.expand_indices("0-1,3") == (0, 1, 3)
+
+
+def test_a_memory_size_of_400_digits_is_not_understood_rather_than_infinite() -> None:
+    from slurm_plugin.slurm import parse
+
+    with pytest.raises(parse.SlurmParseError, match="memory size"):
+        parse.parse_memory_mb("9" * 400)
+    assert parse.parse_memory_mb("16G") == 16384 and parse.parse_memory_mb("2048K") == 2

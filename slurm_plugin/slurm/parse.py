@@ -344,6 +344,8 @@ def parse_squeue_text(
 
 
 _EMPTY = frozenset({"", "(null)", "N/A"})
+_NO_VAL = 0xFFFFFFFE
+_COUNTS = frozenset({"NumTasks", "NTPerNode", "NumCPUs", "NumNodes", "RestartCnt"})
 _F = {name: k for k, name in enumerate(SQUEUE_FIELDS)}
 
 
@@ -360,7 +362,10 @@ def _text_job(job_id: str, cells: list[str]) -> SlurmJob:
             return default
         if not value.isdigit():
             raise SlurmParseError(f"{where}: {key} is {value!r}, expected a number")
-        return int(value)
+        number = int(value)
+        # Slurm's NO_VAL / INFINITE (uint32 0xfffffffe / 0xffffffff): a count it has not
+        # worked out yet, e.g. NumTasks of a job submitted an instant ago (``--json`` omits it).
+        return default if key in _COUNTS and number >= _NO_VAL else number
 
     state = cells[_F["State"]].strip()
     if not state:

@@ -150,6 +150,14 @@ def test_pending_job_counts_the_nodes_it_asked_for():
     assert j.num_nodes == 1
 
 
+def test_a_count_slurm_has_not_worked_out_yet_reads_as_json_reads_it():
+    # NumTasks of a job submitted an instant ago is NO_VAL (0xfffffffe); --json omits it.
+    (j,) = parse_squeue_text(row(NumTasks="4294967294", NTPerNode="4294967295"), SEP)
+    assert (j.tasks, j.tasks_per_node) == (1, 0)
+    (j,) = parse_squeue_text(row(PriorityLong="4294967294"), SEP)
+    assert j.priority == 4294967294  # a priority is not a count
+
+
 def test_any_text_in_free_fields_survives():
     nasty = f"a{SEP[:-1]}|b\n{SEP[1:]}\n(null) %k"
     (j,) = parse_squeue_text(row(Name=nasty, Comment=nasty, admin_comment=nasty), SEP)

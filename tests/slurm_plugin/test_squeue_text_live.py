@@ -35,6 +35,10 @@ def mismatches(text: list[SlurmJob], js: list[SlurmJob]) -> dict[str, dict[str, 
         # squeue prints the description Slurm set in place of the reason code (requeue hold).
         if "reason" in diff and " " in j.reason and never_runnable(j.reason) == never_runnable(other.reason):
             del diff["reason"]
+        # A job submitted an instant ago, before slurmctld worked out its details: --json
+        # prints 0 CPUs, squeue --Format the CPUs it asked for.
+        if "cpus" in diff and j.state == "PENDING" and other.cpus == 0:
+            del diff["cpus"]
         if diff:
             out[j.id] = diff
     return out

@@ -35,9 +35,9 @@ def mismatches(text: list[SlurmJob], js: list[SlurmJob]) -> dict[str, dict[str, 
         # squeue prints the description Slurm set in place of the reason code (requeue hold).
         if "reason" in diff and " " in j.reason and never_runnable(j.reason) == never_runnable(other.reason):
             del diff["reason"]
-        # A job submitted an instant ago, before slurmctld worked out its details: --json
-        # prints 0 CPUs, squeue --Format the CPUs it asked for.
-        if "cpus" in diff and j.state == "PENDING" and other.cpus == 0:
+        # A job that has no allocation (held, or ended without running): --json prints 0 CPUs
+        # when slurmctld has not worked out its details, squeue --Format the CPUs it asked for.
+        if "cpus" in diff and j.state != "RUNNING" and other.cpus == 0:
             del diff["cpus"]
         if diff:
             out[j.id] = diff
@@ -68,6 +68,8 @@ def test_text_queue_read_matches_json(live: Cluster) -> None:
         sbatch(live, "-J", "ended", "--gres=gpu:1", "-c", "1", "--mem=1G", "--wrap", "true"),
     ]
     sbatch(live, "-p", "other", "-J", "cpu-only", "-c", "2", "--mem=1G", *w)
+    cancelled = sbatch(live, "--hold", "-J", "cancelled", "--gres=gpu:1", "-c", "2", *w)
+    run(["scancel", cancelled], env=live.env)
     ids = ",".join(started)
     run(["scontrol", "update", f"JobId={ids}", "StartTime=now"], env=live.env)
     run(["scontrol", "release", ids], env=live.env)

@@ -111,6 +111,7 @@ def _comments() -> st.SearchStrategy[str]:
     return documents | mutated(TARGETS["comment"]) | st.text(max_size=60)
 
 
+@pytest.mark.slow  # a long property/simulation check: CI, not --fast
 @settings(max_examples=max(5, settings.default.max_examples // 10))
 @given(comment=_comments())
 def test_the_tick_survives_any_comment(comment: str) -> None:

@@ -80,6 +80,7 @@ def optima(matrix, forbidden):
     return best, {p for p, v in found.items() if v >= best - 1e-12}
 
 
+@pytest.mark.slow  # a long property/simulation check: CI, not --fast
 @settings(max_examples=300, deadline=None)
 @given(kind_problems())
 def test_kind_matching_is_optimal_and_equals_the_hungarian_when_the_optimum_is_unique(problem):
@@ -337,6 +338,7 @@ def _with_state(job, assignment, done):
     )
 
 
+@pytest.mark.slow  # a long property/simulation check: CI, not --fast
 @settings(max_examples=60, deadline=None)
 @given(sharing_rounds(), st.sampled_from(["sjf-bsbf", "sjf-ffs"]))
 def test_sharing_on_kinds_decides_as_the_per_host_loop(snapshot, name):

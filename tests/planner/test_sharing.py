@@ -239,6 +239,7 @@ def test_bsbf_never_starts_a_pair_the_rule_says_hurts(snapshot, xi):
             assert best_setting(remaining, remaining_estimate_s(job), chosen).concurrent
 
 
+@pytest.mark.slow  # a long property/simulation check: CI, not --fast
 @settings(max_examples=40)
 @given(
     busy_snapshots(), st.sampled_from(["sjf-bsbf", "sjf-ffs"]), st.sampled_from([None, 1.0, 2.0]), st.data()

@@ -186,6 +186,7 @@ def test_packed_jobs_run_at_their_packed_speed_and_speed_up_when_the_partner_end
     assert record(result, "a").start_time_s == record(result, "b").start_time_s == 0
 
 
+@pytest.mark.slow  # a long property/simulation check: CI, not --fast
 def test_packing_presets_simulate_without_breaking_invariants():
     from planner.traces.generators import gavel_trace
 

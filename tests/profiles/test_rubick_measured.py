@@ -74,6 +74,7 @@ def test_an_unmeasured_placement_takes_the_nearest_one_with_the_same_plan_and_gp
     assert found.time_s == M.time_s("bert", None, (2, 2, 2, 2)).time_s
 
 
+@pytest.mark.slow  # a long property/simulation check: CI, not --fast
 def test_an_unmeasured_plan_falls_back_to_the_fit_on_the_samples():
     plan = _plan(2, 32, zero_stage=2, activation_checkpointing=True)  # ZeRO-DP + GC: never measured
     found = M.lookup("bert", plan, (2,))

@@ -26,6 +26,7 @@ from slurm_plugin.controller.observe import (
     OUTSIDE_PREFIX,
     RUNNING_STATES,
     Observation,
+    PendingJobs,
     build_observation,
     first_sight_meta,
     job_gpus,
@@ -90,6 +91,7 @@ class Observer:
         self.store = store
         self.config = config
         self.clock = clock
+        self.pending = PendingJobs()  # pending jobs' planner records, reused across ticks
 
     def observe(self) -> Observation:
         """Read Slurm and the store; record new jobs and account service since the last tick."""
@@ -113,7 +115,7 @@ class Observer:
             for sj in managed
             if sj.state in RUNNING_STATES
         }
-        return build_observation(now, jobs, nodes, records, self.config, plans)
+        return build_observation(now, jobs, nodes, records, self.config, plans, self.pending)
 
     def _account(
         self, managed: list[SlurmJob], records: dict[str, JobRecord], now: float

@@ -1,5 +1,5 @@
 """Slurm's view -> the planner's :class:`~planner.model.Snapshot` (pure, plus one I/O helper;
-pending jobs' planner records are cached between calls: :class:`_PendingJobs`).
+the caller may keep pending jobs' planner records between calls: :class:`PendingJobs`).
 
 * Nodes: those of the managed partitions that are usable (down, drained, draining or
   failing nodes are not capacity); the GPU type is the node feature that names one
@@ -92,9 +92,13 @@ def build_observation(
     records: Mapping[str, JobRecord],
     config: ControllerConfig,
     current_plans: Mapping[str, Mapping[str, Any] | None] | None = None,
+    pending: PendingJobs | None = None,
 ) -> Observation:
     """The Snapshot for ``now`` (pure). ``current_plans``: the execution plan each running job
-    was started with (from its plan file); ``None`` where it runs as submitted."""
+    was started with (from its plan file); ``None`` where it runs as submitted. ``pending``:
+    the caller's memo of pending jobs' planner records across ticks (none: built afresh)."""
+    if pending is None:
+        pending = PendingJobs()
     partitions = set(config.partitions)
     usable = {
         n.name: n for n in slurm_nodes if n.usable and partitions.intersection(n.partitions or partitions)
@@ -133,14 +137,14 @@ def build_observation(
         managed[sj.id] = sj
         record = records.get(sj.id)
         if sj.state == "PENDING" and record is not None:
-            job, layout = _pending.get(sj, record, config)
+            job, layout = pending.get(sj, record, config)
             jobs.append(job)
             layouts[sj.id] = layout
             continue
         plan = (current_plans or {}).get(sj.id)
         jobs.append(_managed_job(sj, record, usable, config, now, plan))
         layouts[sj.id] = task_layout(sj, record)
-    _pending.keep(managed)
+    pending.keep(managed)
     nodes = tuple(
         Node(
             name=n.name,
@@ -158,7 +162,7 @@ def build_observation(
     return Observation(now, snapshot, managed, usable, tuple(finished), layouts)
 
 
-class _PendingJobs:
+class PendingJobs:
     """The planner's view of each pending managed job, reused while its inputs are unchanged.
 
     A pending job's :class:`Job` and layout depend only on its Slurm record, its state-store
@@ -198,9 +202,6 @@ class _PendingJobs:
         """Forget jobs no longer managed (ended, or seen by another observer)."""
         if len(self.seen) > len(managed):
             self.seen = {job_id: v for job_id, v in self.seen.items() if job_id in managed}
-
-
-_pending = _PendingJobs()
 
 
 def with_partners(jobs: Sequence[Job], on_shards: Collection[str]) -> tuple[Job, ...]:

@@ -2,8 +2,12 @@
 
 * :mod:`.cell`: a Cell (GPU type x count x pipeline stages) and the :class:`CellModel`
   interface the scheduler prices Cells through.
+* :mod:`.cells`: the Cell models, :class:`~.cells.AgileCells` (agile estimation, §5) and
+  :class:`~.cells.MeasuredCells` (the measured best-plan table as an oracle), and the
+  candidate GPU counts / types / stage counts of §6.1.
 """
 
-from planner.policies.crius import cell
+from planner.policies.crius import cell, cells
+from planner.policies.crius.cells import MeasuredCells, candidate_counts, candidate_types, stage_choices
 
-__all__ = ["cell"]
+__all__ = ["MeasuredCells", "candidate_counts", "candidate_types", "cell", "cells", "stage_choices"]

@@ -9,6 +9,7 @@ from collections import Counter
 
 from planner.errors import ConfigError
 from planner.traces import format_trace
+from planner.traces.crius import divide_iterations, elastic, parse_crius_trace, random_types
 from planner.traces.generators import gavel_trace, shockwave_trace, synergy_trace
 from planner.traces.philly import parse_philly, philly_trace, virtual_clusters
 from planner.traces.records import TraceJob
@@ -16,6 +17,7 @@ from planner.traces.rubick import parse_workload
 from slurm_plugin.files import bundled_text, read_text, write_atomic
 
 PHILLY_FILE = "philly_derived_gavel_msr_all.csv.gz"
+CRIUS_RAW = {"venus": "crius_simulate_trace_venus.csv", "pai": "crius_simulate_trace_pai.csv"}
 log = logging.getLogger(__name__)
 
 
@@ -23,7 +25,7 @@ def add_parser(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
     p = sub.add_parser("trace", parents=[common], help="generate or import job traces")
-    tsub = p.add_subparsers(dest="trace_command", required=True, metavar="{gen,philly,rubick}")
+    tsub = p.add_subparsers(dest="trace_command", required=True, metavar="{gen,philly,rubick,crius}")
 
     gen = tsub.add_parser(
         "gen",
@@ -63,6 +65,18 @@ def add_parser(
     ph.add_argument("--first", type=int, default=0, help="index of the first job of the window")
     ph.add_argument("--count", type=int, help="number of jobs (default: to the end)")
     ph.add_argument("--max-gpus", type=int, help="drop jobs asking for more GPUs")
+    ph.add_argument(
+        "--random-types",
+        action="store_true",
+        help="give each job a random Crius model, batch, GPU count and type as Crius does (§8.1; "
+        "planner/traces/crius.py): run times stay, deadline = submission + 1.5 x duration",
+    )
+    ph.add_argument("--seed", type=int, default=0, help="--random-types: random seed (default 0)")
+    ph.add_argument(
+        "--elastic",
+        action="store_true",
+        help="--random-types: jobs accept 1/2 to 2x their GPUs (at most 16) on any Crius GPU type",
+    )
     ph.add_argument("--out", metavar="CSV", help="output file ('-' for stdout)")
     ph.set_defaults(run=run_philly)
 
@@ -78,6 +92,34 @@ def add_parser(
     rb.add_argument("workload", metavar="WORKLOAD.csv", help="the artifact's workload file")
     rb.add_argument("--out", required=True, metavar="CSV", help="output file ('-' for stdout)")
     rb.set_defaults(run=run_rubick)
+
+    cr = tsub.add_parser(
+        "crius",
+        parents=[common],
+        help="convert a Crius (EuroSys'26) artifact trace (Venus, PAI) to a trace",
+        description="Converts the Crius artifact's simulate_trace_{venus,pai}.csv (job_id, "
+        "submission_time, num_iteration, model_name, deadline, batch_size, num_gpu, gpu_type) to "
+        "Mosaic's trace CSV: duration = num_iteration x the measured best-plan iteration time at the "
+        "requested GPU type and count, deadline_s on the submit_time_s clock "
+        "(planner/traces/crius.py says how). The raw and converted files are bundled in "
+        "planner/sim/bundled/ (crius_simulate_trace_*.csv, crius_{venus,pai}.csv).",
+    )
+    cr.add_argument("trace", choices=sorted(CRIUS_RAW), help="which of the artifact's traces")
+    cr.add_argument("--source", metavar="CSV", help="the artifact's trace file (default: the bundled one)")
+    cr.add_argument(
+        "--iterations-divisor",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run num_iteration // N iterations (5 = the artifact's simulator); deadlines stay",
+    )
+    cr.add_argument(
+        "--elastic",
+        action="store_true",
+        help="jobs accept 1/2 to 2x their GPUs (at most 16) on any of the four GPU types",
+    )
+    cr.add_argument("--out", required=True, metavar="CSV", help="output file ('-' for stdout)")
+    cr.set_defaults(run=run_crius)
 
 
 def _emit(jobs: list[TraceJob], out: str) -> None:
@@ -130,7 +172,13 @@ def run_philly(args: argparse.Namespace) -> int:
         return 0
     if not args.vc or not args.out:
         raise ConfigError("mosaic trace philly needs --vc and --out (or --list)")
+    if (args.elastic or args.seed) and not args.random_types:
+        raise ConfigError("mosaic trace philly: --seed and --elastic go with --random-types")
     jobs = philly_trace(rows, vc=args.vc, first=args.first, count=args.count, max_gpus=args.max_gpus)
+    if args.random_types:
+        jobs = random_types(jobs, seed=args.seed)
+        if args.elastic:
+            jobs = elastic(jobs)
     _emit(jobs, args.out)
     return 0
 
@@ -138,4 +186,31 @@ def run_philly(args: argparse.Namespace) -> int:
 def run_rubick(args: argparse.Namespace) -> int:
     jobs = parse_workload(read_text(args.workload), source=args.workload)
     _emit(list(jobs), args.out)
+    return 0
+
+
+def run_crius(args: argparse.Namespace) -> int:
+    source = args.source or f"bundled:{CRIUS_RAW[args.trace]}"
+    text = read_text(args.source) if args.source else bundled_text(CRIUS_RAW[args.trace])
+    converted = parse_crius_trace(text, source=source)
+    if converted.estimated:
+        log.info(
+            "%d job(s) of a shape Crius did not measure take the time of the next larger measured "
+            "model size / 1.8 per size step, as the artifact does",
+            converted.estimated,
+        )
+    if converted.dropped:
+        log.warning(
+            "dropped %d job(s) without a measured iteration time (first: %s: %s)",
+            len(converted.dropped),
+            *converted.dropped[0],
+        )
+    if not converted.jobs:
+        raise ConfigError(f"{source}: no job has a measured iteration time")
+    jobs = list(converted.jobs)
+    if args.iterations_divisor != 1:
+        jobs = divide_iterations(jobs, args.iterations_divisor)
+    if args.elastic:
+        jobs = elastic(jobs)
+    _emit(jobs, args.out)
     return 0

@@ -105,7 +105,12 @@ def _profile(name: str, raw: Any, where: str) -> Profile:
                 with_plan=plan_key(c.opt_object("with_plan")),
             )
         )
-    source = f.opt_str("source")
+    kind, note = source_kind(f.opt_str("source"), f)
+    blocks = {
+        "throughput": bool(throughput),
+        "sensitivity": sensitivity is not None,
+        "colocation": bool(colocation),
+    }
     return Profile(
         name=name,
         task=f.opt_str("task") or "unknown",
@@ -116,8 +121,32 @@ def _profile(name: str, raw: Any, where: str) -> Profile:
         ideal_cpus_per_gpu=f.opt_float("ideal_cpus_per_gpu", minimum=0.0),
         ideal_mem_gb_per_gpu=f.opt_float("ideal_mem_gb_per_gpu", minimum=0.0),
         colocation=tuple(colocation),
-        sources=(source,) if source else (),
+        sources=(note,) if note else (),
+        provenance={block: kind for block, present in blocks.items() if present},
     )
+
+
+BUILT_IN = "built-in"
+PROFILED = "profiled"
+OBSERVED = "observed"
+SOURCE_KINDS = (BUILT_IN, PROFILED, OBSERVED)
+
+
+def source_kind(text: str | None, f: Fields | None = None) -> tuple[str, str | None]:
+    """A model's ``source``: (kind, the text as a note).
+
+    The kind is the text's first word when it names one (``"profiled: mosaic profile on
+    cluster X"``, ``"observed"``); any other text is a free note on numbers a site
+    measured, so ``profiled``, the default of a site document.
+    """
+    if text is None or not text.strip():
+        return PROFILED, None
+    head = text.strip().split(":", 1)[0].strip().lower()
+    if head in SOURCE_KINDS:
+        return head, text.strip()
+    if head in {"builtin", "built_in", "built in"} and f is not None:
+        f.fail_key("source", f"write 'built-in' (one of {', '.join(SOURCE_KINDS)}), got {text!r}")
+    return PROFILED, text.strip()
 
 
 def _list(f: Fields, key: str) -> list[Any]:

@@ -128,6 +128,10 @@ class Profile:
     ideal_mem_gb_per_gpu: float | None = None
     colocation: tuple[ColocationEntry, ...] = ()
     sources: tuple[str, ...] = ()
+    # Where each block's numbers came from ("throughput", "sensitivity", "colocation" ->
+    # "built-in" | "profiled" | "observed", or "built-in+observed" once observations refine
+    # it); a block not listed is built-in (:meth:`profiles.store.ProfileStore.provenance`).
+    provenance: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def is_neutral(self) -> bool:

@@ -86,6 +86,20 @@ class ProfileStore:
             self._colocation = table
         return self._colocation
 
+    def provenance(self, model: str) -> dict[str, str]:
+        """Where the numbers of each of the model's blocks came from: ``throughput``,
+        ``sensitivity``, ``colocation`` -> ``built-in`` (the bundled tables), ``profiled``
+        (a profile document), ``observed`` (the controller's measurements of running jobs)
+        or ``built-in+observed`` (a prior refined by observations). Blocks the profile does
+        not have are left out; a neutral profile has none."""
+        profile = self.resolve(model)
+        present = {
+            "throughput": bool(profile.throughput),
+            "sensitivity": profile.sensitivity is not None,
+            "colocation": bool(profile.colocation),
+        }
+        return {block: profile.provenance.get(block, "built-in") for block, has in present.items() if has}
+
     @property
     def unknown_models(self) -> frozenset[str]:
         return frozenset(self._neutral)

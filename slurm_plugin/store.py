@@ -19,6 +19,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from profiles.observed import ObservedPoint, Shape
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY,
@@ -59,6 +61,18 @@ CREATE TABLE IF NOT EXISTS ticks (
     error TEXT,
     duration_s REAL
 );
+CREATE TABLE IF NOT EXISTS observations (   -- measured throughput of running jobs (online refinement)
+    job_id TEXT NOT NULL,
+    plan_version INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    shape TEXT NOT NULL,            -- JSON: gpu_type, num_gpus, batch_size, plan
+    cpus_per_gpu REAL NOT NULL,
+    mem_gb_per_gpu REAL NOT NULL,
+    samples_per_s_per_gpu REAL NOT NULL,
+    time_s REAL NOT NULL,
+    PRIMARY KEY (job_id, plan_version)  -- one point per run, updated while it runs
+);
+CREATE INDEX IF NOT EXISTS observations_by_shape ON observations (model, shape, time_s);
 """
 
 
@@ -254,6 +268,72 @@ class Store:
             query = "SELECT * FROM actions WHERE round_id = ? ORDER BY time_s"
             yield from self.db.execute(query, (round_id,))
 
+    # -- observations -----------------------------------------------------------------
+
+    def record_observations(self, points: Sequence[tuple[int, ObservedPoint]], keep: int) -> None:
+        """Store each (plan version, point): one per run of a job, the newest replacing the
+        older; then only the ``keep`` newest of each (model, shape) are kept."""
+        if not points:
+            return
+        rows = [
+            (
+                p.job_id,
+                version,
+                p.model,
+                _shape_text(p.shape),
+                p.cpus_per_gpu,
+                p.mem_gb_per_gpu,
+                p.samples_per_s_per_gpu,
+                p.time_s,
+            )
+            for version, p in points
+        ]
+        with self.db:
+            self.db.executemany(
+                "INSERT INTO observations (job_id, plan_version, model, shape, cpus_per_gpu, "
+                "mem_gb_per_gpu, samples_per_s_per_gpu, time_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (job_id, plan_version) DO UPDATE SET model = excluded.model, "
+                "shape = excluded.shape, cpus_per_gpu = excluded.cpus_per_gpu, "
+                "mem_gb_per_gpu = excluded.mem_gb_per_gpu, "
+                "samples_per_s_per_gpu = excluded.samples_per_s_per_gpu, time_s = excluded.time_s",
+                rows,
+            )
+            for model, shape in {(r[2], r[3]) for r in rows}:
+                self.db.execute(
+                    "DELETE FROM observations WHERE rowid IN (SELECT rowid FROM observations "
+                    "WHERE model = ? AND shape = ? ORDER BY time_s DESC, rowid DESC LIMIT -1 OFFSET ?)",
+                    (model, shape, keep),
+                )
+
+    def observations(self) -> list[ObservedPoint]:
+        """Every stored observation, oldest first (a row that cannot be read back is skipped)."""
+        out = []
+        for row in self.db.execute(
+            "SELECT job_id, model, shape, cpus_per_gpu, mem_gb_per_gpu, samples_per_s_per_gpu, time_s "
+            "FROM observations ORDER BY time_s, rowid"
+        ):
+            try:
+                shape = json.loads(row[2])
+                out.append(
+                    ObservedPoint(
+                        model=row[1],
+                        shape=Shape(
+                            str(shape["gpu_type"]),
+                            int(shape["num_gpus"]),
+                            shape.get("batch_size"),
+                            shape.get("plan"),
+                        ),
+                        cpus_per_gpu=float(row[3]),
+                        mem_gb_per_gpu=float(row[4]),
+                        samples_per_s_per_gpu=float(row[5]),
+                        time_s=float(row[6]),
+                        job_id=row[0],
+                    )
+                )
+            except (ValueError, TypeError, KeyError):
+                continue
+        return out
+
     # -- ticks ------------------------------------------------------------------------
 
     def log_tick(
@@ -286,6 +366,18 @@ def _job_record(row: tuple[Any, ...]) -> JobRecord:
         plan_version=int(row[8]),
         first_seen_s=float(row[9]),
         finished_s=row[10],
+    )
+
+
+def _shape_text(shape: Shape) -> str:
+    return json.dumps(
+        {
+            "gpu_type": shape.gpu_type,
+            "num_gpus": shape.num_gpus,
+            "batch_size": shape.batch_size,
+            "plan": shape.plan,
+        },
+        sort_keys=True,
     )
 
 

@@ -15,6 +15,7 @@ from slurm_plugin.cli.scheduler_args import add_scheduler_args, scheduler_config
 from slurm_plugin.controller.config import ControllerConfig, controller_config
 from slurm_plugin.controller.loop import Controller, Observer
 from slurm_plugin.controller.observe import OUTSIDE_PREFIX, sharing_notice
+from slurm_plugin.controller.refine import Refiner
 from slurm_plugin.controller.resize import apply_resize
 from slurm_plugin.files import read_toml, write_json
 from slurm_plugin.profiles_file import load_profile_store
@@ -126,7 +127,8 @@ def _client(config: ControllerConfig) -> CliSlurm:
 def run_controller(args: argparse.Namespace) -> int:
     config = load_config(args)
     sched_config = scheduler_config(args)
-    scheduler = build_scheduler(sched_config, load_profile_store(args.profiles))
+    profiles = load_profile_store(args.profiles)
+    scheduler = build_scheduler(sched_config, profiles)
     if scheduler.max_jobs_per_gpu > 1:
         try:
             log.warning("%s", sharing_notice(scheduler.name, _client(config).nodes(), config.partitions))
@@ -134,7 +136,9 @@ def run_controller(args: argparse.Namespace) -> int:
             log.warning("scheduler %s shares GPUs; nodes not read (%s)", scheduler.name, e)
     store = Store(config.store_path)
     try:
-        controller = Controller(_client(config), store, config, scheduler)
+        # Each round plans on the profiles refined by running jobs' heartbeats (refine.py).
+        refiner = Refiner(store, profiles, lambda p: build_scheduler(sched_config, p), config.spool_dir)
+        controller = Controller(_client(config), store, config, scheduler, refiner=refiner)
         if args.once or args.dry_run:
             report = controller.tick(dry_run=args.dry_run)
             print(json.dumps(report.to_json(), indent=2))

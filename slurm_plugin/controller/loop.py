@@ -31,6 +31,7 @@ from slurm_plugin.controller.observe import (
     first_sight_meta,
     job_gpus,
 )
+from slurm_plugin.controller.refine import Refiner
 from slurm_plugin.controller.rounddiff import Action, describe, diff
 from slurm_plugin.controller.roundlock import RoundBusy, round_lock
 from slurm_plugin.slurm.backend import SlurmClient
@@ -171,8 +172,10 @@ class Controller:
         scheduler: Scheduler,
         clock: Callable[[], float] = time.time,
         actuator: Actuator | None = None,
+        refiner: Refiner | None = None,
     ) -> None:
         self.store = store
+        self.refiner = refiner  # None: plan with ``scheduler``'s profiles as they are
         self.config = config
         self.scheduler = scheduler
         self.clock = clock
@@ -230,7 +233,7 @@ class Controller:
             report.error = "no usable node in the managed partitions; refusing to stop running jobs"
             log.error(report.error)
             return report
-        plan = plan_round(obs.snapshot, self.scheduler, clock=time.perf_counter)
+        plan = plan_round(obs.snapshot, self._scheduler_for(obs), clock=time.perf_counter)
         document = round_plan_to_json(plan)
         report.decision_time_s = plan.decision_time_s
         report.round_id = self.store.begin_round(now, document, dry_run=dry_run)
@@ -250,6 +253,17 @@ class Controller:
         self.store.finish_round(report.round_id, report.result.count)
         _log_actions(report.round_id, actions)
         return report
+
+    def _scheduler_for(self, obs: Observation) -> Scheduler:
+        """The scheduler for this round: on profiles refined by what running jobs report
+        (:mod:`.refine`), or as configured when refinement is off or fails."""
+        if self.refiner is None:
+            return self.scheduler
+        try:
+            return self.refiner.scheduler(obs)
+        except Exception:  # refinement is an improvement, never a reason to skip a round
+            log.exception("online refinement failed; planning with the profiles as configured")
+            return self.scheduler
 
     def _write_metrics(self, report: TickReport) -> None:
         path = self.config.metrics_path()

@@ -8,6 +8,22 @@
 """
 
 from planner.policies.crius import cell, cells
-from planner.policies.crius.cells import MeasuredCells, candidate_counts, candidate_types, stage_choices
+from planner.policies.crius.cells import (
+    AgileCells,
+    MeasuredCells,
+    candidate_counts,
+    candidate_types,
+    plan_mapping,
+    stage_choices,
+)
 
-__all__ = ["MeasuredCells", "candidate_counts", "candidate_types", "cell", "cells", "stage_choices"]
+__all__ = [
+    "AgileCells",
+    "MeasuredCells",
+    "candidate_counts",
+    "candidate_types",
+    "cell",
+    "cells",
+    "plan_mapping",
+    "stage_choices",
+]

@@ -32,9 +32,11 @@ from planner.execplan import ExecPlan, PlanError, plan_to_mapping, resolve
 from planner.model import Job
 from planner.policies.crius.cell import Cell
 from profiles.names import normalise
+from profiles.perfmodel.agile import AgileEstimator, normalise_model
 from profiles.perfmodel.crius import CriusTable, builtin_crius
 
 _CACHE = 65536
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 def candidate_counts(job: Job) -> tuple[int, ...]:
@@ -95,7 +97,70 @@ def plan_mapping(
         except PlanError:
             continue
         return MappingProxyType(plan_to_mapping(resolved))
-    return MappingProxyType({})
+    return _EMPTY
+
+
+class AgileCells:
+    """Cells priced by Crius's agile estimation (§5.1), planned by Cell-guided tuning (§5.2).
+
+    A Cell's ``iteration_time_s`` is :meth:`AgileEstimator.estimate` (the best of its ``2^S``
+    assembled plans; ``None`` when none fits in memory) and its ``plan`` the uniform
+    ``dp x tp x pp`` plan :meth:`AgileEstimator.tuned` picks in the favoured half of the
+    space, resolved for the Cell's GPUs and the job's global batch (``grad_accum`` = the
+    pipeline's ``4S`` micro-batches, or the accumulation the memory needs without one).
+    :meth:`best_cell` is the fastest stage count. The estimator never reads the measured
+    time of the key it estimates (leave-one-out), so these are estimates, not the table.
+    """
+
+    def __init__(self, estimator: AgileEstimator | None = None) -> None:
+        self.estimator = AgileEstimator() if estimator is None else estimator
+        self._cell = lru_cache(maxsize=_CACHE)(self._estimate)
+        self._best = lru_cache(maxsize=_CACHE)(self._fastest)
+
+    def knows(self, model: str) -> bool:
+        return self.estimator.knows(model)
+
+    def _estimate(self, model: str, batch: int, gpu_type: str, gpus: int, stages: int) -> Cell:
+        estimate = self.estimator.estimate(model, batch, gpu_type, gpus, stages)
+        if estimate is None:
+            return Cell(gpu_type=gpu_type, gpus=gpus, stages=stages, iteration_time_s=None, plan=_EMPTY)
+        tuned = self.estimator.tuned(model, batch, gpu_type, gpus, stages)
+        if tuned is None:  # no uniform plan fits although an assembled one does: the DP x PP plan
+            plan = plan_mapping(gpus, batch, 1, stages, estimate.micro_batches)
+        else:
+            plan = plan_mapping(gpus, batch, tuned[0], stages, tuned[1].micro_batches)
+        return Cell(gpu_type=gpu_type, gpus=gpus, stages=stages, iteration_time_s=estimate.time_s, plan=plan)
+
+    def _fastest(self, model: str, batch: int, gpu_type: str, gpus: int) -> Cell | None:
+        cells = [self._cell(model, batch, gpu_type, gpus, s) for s in stage_choices(gpus)]
+        fitting = [c for c in cells if c.iteration_time_s is not None]
+        return min(fitting, key=lambda c: (c.iteration_time_s, c.stages), default=None)
+
+    def _key(self, job: Job) -> str | None:
+        if job.batch_size is None or job.batch_size < 1:
+            return None
+        model = normalise_model(job.model)
+        return model if self.estimator.knows(model) else None
+
+    def best_cell(self, job: Job, gpu_type: str, gpus: int) -> Cell | None:
+        model = self._key(job)
+        if model is None or gpus < 1:
+            return None
+        assert job.batch_size is not None
+        return self._best(model, job.batch_size, gpu_type.lower(), gpus)
+
+    def cells(self, job: Job, gpu_types: Sequence[str], counts: Sequence[int]) -> list[Cell]:
+        model = self._key(job)
+        if model is None:
+            return []
+        assert job.batch_size is not None
+        return [
+            self._cell(model, job.batch_size, t.lower(), n, s)
+            for t in dict.fromkeys(gpu_types)
+            for n in dict.fromkeys(counts)
+            if n >= 1
+            for s in stage_choices(n)
+        ]
 
 
 class MeasuredCells:
@@ -118,7 +183,7 @@ class MeasuredCells:
 
     def _measure(self, model: str, batch: int, gpu_type: str, gpus: int) -> Cell:
         seconds = self.table.best_time_s(model, batch, gpu_type, gpus)
-        plan = plan_mapping(gpus, batch) if seconds is not None else MappingProxyType({})
+        plan = plan_mapping(gpus, batch) if seconds is not None else _EMPTY
         return Cell(gpu_type=gpu_type, gpus=gpus, stages=1, iteration_time_s=seconds, plan=plan)
 
     def best_cell(self, job: Job, gpu_type: str, gpus: int) -> Cell | None:

@@ -1,0 +1,813 @@
+"""Crius's agile Cell estimation (EuroSys'26, §4.2 and §5), from measured best-plan times.
+
+A *Cell* is a model on ``n`` GPUs of one type in ``S`` pipeline stages. Crius estimates it in
+four steps, which this module follows:
+
+1. **Stage partition (Fig. 7).** The model's operators (here: its layers, with their
+   FLOPs, parameters and activations, from the model's shape) are cut into ``S`` contiguous
+   stages of FLOPs as equal as possible (GPUs mapped to operators by FLOPs share, so equal
+   FLOPs means equal time), ties broken by the smaller boundary traffic; each stage gets
+   ``n / S`` GPUs.
+2. **Per-stage computation, DP-only and TP-only.** Crius profiles each stage on one GPU
+   with a distributed-equivalent compilation. Without the GPUs, a stage's compute time is
+   its training FLOPs over an *effective rate* ``eta x peak`` of the GPU type (dense fp16
+   tensor-core peak), the same for both plans (each of the ``k`` GPUs does ``1/k`` of the
+   work); ``eta`` comes from the measurements (below).
+3. **Communication, interpolated from traffic.** Crius interpolates pre-profiled
+   collectives by traffic volume; here every collective is ``alpha + bytes / beta`` on its
+   link (the two ends of such a traffic curve: latency and bandwidth), with ring
+   all-reduce traffic ``2 (k-1)/k x V``. DP-only stages all-reduce their gradients once per
+   iteration (fp16; fp32 for Wide-ResNet, as the artifact trains it); TP-only stages
+   all-reduce activations per micro-batch (Megatron: four per transformer layer, forward
+   and backward); stages pass boundary activations (and their gradients back) by
+   send/recv. A group within one node uses the node's link, one across nodes its share of
+   the node's network link (GPUs placed consolidated, stage after stage).
+4. **Assembly of the 2^S plans.** Each stage DP-only or TP-only; GPipe's ``B = 4S``
+   micro-batches (one, without a pipeline); the iteration is the first micro-batch through
+   all stages plus ``B - 1`` more at the pace of the slowest stage (whose inter-stage
+   communication overlaps), plus the slowest stage's gradient all-reduce. The best of the
+   ``2^S`` plans (found exactly without enumerating them: see :func:`assemble`) is the
+   estimate. A stage plan whose memory exceeds the GPU's is dropped (§5.1, last paragraph).
+
+**Memory** (per stage, per GPU): ``W x pi / t + A x alpha x b x a(t)`` with ``pi`` / ``alpha``
+the stage's share of parameters / activations, ``t`` its tensor-parallel degree, ``b`` the
+samples in flight per data-parallel replica (the whole batch without a pipeline, ``S`` of the
+``4S`` micro-batches under 1F1B) and ``a(t)`` the activations TP shards (Korthikanti et al.:
+``(10 + 24/t) / 34`` for a transformer layer; ``1/t`` for convolutions). ``W`` (model states)
+and ``A`` (activation GB per sample) are fitted per model to the measured data-parallel-only
+memory (``builtin/data/crius/dp_mem.json``: ``W + A x batch / n`` at ``n`` = 1..16), or from
+the family's bytes per parameter and activation per unit of model width where a model has no
+such data. A plan fits when ``1.2 x need <= 0.8 x GPU memory`` (the artifact's rule; XLA
+pre-allocates 80 %). GPU memory: A100 40 GB, V100 32, A40 48, A10 24.
+
+**Where ``eta`` comes from (leave-one-out).** Each measured best-plan time of the model
+(Crius's table: other GPU counts, batches and types) is inverted: the ``eta`` at which this
+estimator reproduces it (``eta`` at most 1, the peak). The estimate for ``(model, batch,
+type, n)`` fits ``log eta`` to the model's points *other than that key* by weighted least
+squares, linear in ``log2 n`` and ``log2 batch`` (slopes ridge-regularised, ``RIDGE``), and
+reads it at ``(n, batch)`` (at the nearest edge of the points when outside them: no trend
+is extrapolated). Weights: ``2^-|log2 n'/n| x 2^-|log2 b'/b|``; a point of another
+GPU type counts ``OTHER_TYPE_WEIGHT`` (0.01: in effect only when the type has no point of
+its own) and is shifted by the family's typical ``log eta`` ratio between the two types,
+learnt from the family's *other* models. A model with no other point takes the family's
+other models' median ``eta`` on that type. So no estimate reads the table's value at the key
+it estimates. The two constants were chosen on this same table (grid ``RIDGE`` in {0.05, 0.2,
+0.5, 5} x ``OTHER_TYPE_WEIGHT`` in {0.001, 0.01, 0.05, 0.2, 1}; mean accuracy 0.79-0.90), a
+mild selection the accuracy benchmark (``benchmarks/crius_estimate.py``) reports with.
+
+**Cell-guided tuning (§5.2).** The estimate's per-stage choices are the stages' favours;
+the plan space is cut at the half-hybrid point (``t = sqrt(k)``) to the favoured half (the
+majority of the stages; the execution plan has one ``tp`` for all stages), and the best
+uniform ``dp x tp x pp`` plan there that fits (by the same cost model, hybrid stages
+included) is the Cell's plan: :meth:`AgileEstimator.tuned`.
+
+Bandwidths (assumed from the parts' specifications, not measured here): A100-40G PCIe, 4
+per node, 20 GB/s inside a node; V100 16 per node, NVLink 100 GB/s; A40 and A10, 2 per node,
+PCIe 20 GB/s; 100 Gb/s InfiniBand (12.5 GB/s) per node between nodes; latency 10 us inside a
+node, 20 us across. Model shapes are the Crius artifact's benchmark configurations
+(``sjtu-epcc/arena``, ``runtime/crius_worker/jax/configs.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from importlib import resources
+from statistics import median
+
+import numpy as np
+import numpy.typing as npt
+
+from planner.errors import InputError
+from profiles.names import normalise
+from profiles.perfmodel.crius import CriusRecord, CriusTable, builtin_crius
+
+GB = 1e9
+MEMORY_HEADROOM = 1.2
+"""The artifact multiplies a plan's memory by 1.2 before comparing it with the usable memory."""
+USABLE_FRACTION = 0.8
+"""XLA pre-allocates 80 % of the GPU's memory (the artifact's ``pre_alloc_memory_fraction``)."""
+MICRO_BATCHES_PER_STAGE = 4
+"""GPipe's rule Crius follows (Fig. 10): ``B = 4 x S`` micro-batches."""
+ETA_BOUNDS = (1e-4, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """One GPU type: memory (GB), dense fp16 tensor peak (TFLOP/s), GPUs per node, links."""
+
+    name: str
+    mem_gb: float
+    peak_tflops: float
+    gpus_per_node: int
+    intra_gb_s: float
+    inter_gb_s: float = 12.5
+    intra_latency_s: float = 10e-6
+    inter_latency_s: float = 20e-6
+
+
+GPU_SPECS: Mapping[str, GpuSpec] = {
+    "a100": GpuSpec("a100", 40.0, 312.0, 4, 20.0),
+    "v100": GpuSpec("v100", 32.0, 125.0, 16, 100.0),
+    "a40": GpuSpec("a40", 48.0, 149.7, 2, 20.0),
+    "a10": GpuSpec("a10", 24.0, 125.0, 2, 20.0),
+}
+
+
+# -- the model -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """One operator group of a model, per sample: training FLOPs (forward + backward),
+    parameters, bytes of activation it hands the next layer, bytes its tensor-parallel
+    all-reduces carry (forward + backward), and activation memory in relative units."""
+
+    flops: float
+    params: float
+    boundary_bytes: float
+    tp_bytes: float
+    act_units: float
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A model Crius trains: family (``bert``, ``moe``, ``wide_resnet``), parameter count, layers."""
+
+    name: str
+    family: str
+    params: float
+    layers: tuple[Layer, ...]
+    grad_bytes: float
+
+    @property
+    def flops_per_sample(self) -> float:
+        return sum(layer.flops for layer in self.layers)
+
+    @property
+    def act_units(self) -> float:
+        return sum(layer.act_units for layer in self.layers)
+
+    @property
+    def conv(self) -> bool:
+        return self.family == "wide_resnet"
+
+
+# The artifact's benchmark configurations: transformers (seq_len, hidden, layers, vocab,
+# experts: 0 = dense) and Wide-ResNets (filters, width factor, ResNet depth).
+_TRANSFORMERS: Mapping[str, tuple[int, int, int, int, int]] = {
+    "bert_760M": (1024, 1536, 24, 51200, 0),
+    "bert_1.3B": (1024, 2048, 24, 51200, 0),
+    "bert_2.6B": (1024, 2560, 32, 51200, 0),
+    "bert_6.7B": (1024, 4096, 32, 51200, 0),
+    "bert_15B": (1024, 5120, 48, 51200, 0),
+    "bert_39B": (1024, 8192, 48, 51200, 0),
+    "moe_690M": (1024, 768, 8, 32000, 16),
+    "moe_1.3B": (1024, 768, 16, 32000, 16),
+    "moe_2.4B": (1024, 1024, 16, 32000, 16),
+    "moe_10B": (1024, 1536, 16, 32000, 32),
+    "moe_27B": (1024, 2048, 16, 32000, 48),
+    "moe_70B": (1024, 2048, 32, 32000, 64),
+}
+_WIDE_RESNETS: Mapping[str, tuple[int, int, int]] = {
+    "wide_resnet_500M": (224, 2, 50),
+    "wide_resnet_1B": (320, 2, 50),
+    "wide_resnet_2B": (448, 2, 50),
+    "wide_resnet_4B": (640, 2, 50),
+    "wide_resnet_6.8B": (320, 16, 50),
+    "wide_resnet_13B": (320, 16, 101),
+}
+_RESNET_BLOCKS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}
+_PARAMS = re.compile(r"^(?P<family>[a-z_]+?)_+(?P<value>\d+(?:\.\d+)?)(?P<unit>[MB])$")
+_CANONICAL = {normalise(name): name for name in (*_TRANSFORMERS, *_WIDE_RESNETS)}
+
+
+def _transformer(name: str, params: float, shape: tuple[int, int, int, int, int]) -> ModelSpec:
+    s, h, n_layers, vocab, experts = shape
+    # Per token: attention projections 8h^2 and scores 4sh FLOPs; the FFN 16h^2 (dense) or,
+    # GShard's top-2 routing over experts, 32h^2; x3 for forward + backward.
+    ffn = 32.0 * h * h if experts else 16.0 * h * h
+    flops = 3.0 * s * (8.0 * h * h + ffn + 4.0 * s * h)
+    layer_params = 4.0 * h * h + (experts or 1) * 8.0 * h * h
+    act = 2.0 * s * h  # fp16 activations at a layer boundary
+    layer = Layer(flops=flops, params=layer_params, boundary_bytes=act, tp_bytes=4.0 * act, act_units=s * h)
+    layers = [layer] * n_layers
+    # The embedding (vocab x h) sits with the first layer, the output projection's FLOPs with
+    # the last (tied weights: its parameters are the embedding's).
+    layers[0] = Layer(flops, layer_params + vocab * h, act, 4.0 * act, s * h)
+    layers[-1] = Layer(flops + 3.0 * 2.0 * s * h * vocab, layer_params, act, 4.0 * act, s * h)
+    return _scaled(name, "bert" if not experts else "moe", params, layers, grad_bytes=2.0)
+
+
+def _wide_resnet(name: str, params: float, shape: tuple[int, int, int]) -> ModelSpec:
+    filters, width, depth = shape
+    layers = []
+    for group, blocks in enumerate(_RESNET_BLOCKS[depth]):
+        f = filters * 2**group
+        m = width * f
+        side = 56 // 2**group
+        block_params = 8.0 * f * m + 9.0 * m * m  # 1x1 in, 3x3, 1x1 out (bottleneck)
+        out = 4.0 * f * side * side * 4.0  # fp32 output map
+        flops = 3.0 * 2.0 * block_params * side * side
+        layers += [Layer(flops, block_params, out, 4.0 * out, side * side * (4.0 * f + 2.0 * m))] * blocks
+    return _scaled(name, "wide_resnet", params, layers, grad_bytes=4.0)
+
+
+def _scaled(name: str, family: str, params: float, layers: list[Layer], grad_bytes: float) -> ModelSpec:
+    """Scale the shape's parameter count to the model's nominal size (the label's)."""
+    factor = params / sum(layer.params for layer in layers)
+    scaled = tuple(
+        Layer(layer.flops, layer.params * factor, layer.boundary_bytes, layer.tp_bytes, layer.act_units)
+        for layer in layers
+    )
+    return ModelSpec(name=name, family=family, params=params, layers=scaled, grad_bytes=grad_bytes)
+
+
+@cache
+def model_spec(model: str) -> ModelSpec | None:
+    """The shape of one of Crius's models (``bert_760M``, ``moe__2.4B``, ``Wide-ResNet-2B``...).
+
+    ``None`` for a model outside the artifact's configurations.
+    """
+    name = _CANONICAL.get(normalise(model))
+    if name is None:
+        return None
+    match = _PARAMS.match(name)
+    assert match is not None  # the keys above are well formed
+    params = float(match.group("value")) * (1e6 if match.group("unit") == "M" else 1e9)
+    if name in _TRANSFORMERS:
+        return _transformer(name, params, _TRANSFORMERS[name])
+    return _wide_resnet(name, params, _WIDE_RESNETS[name])
+
+
+# -- stage partition (Fig. 7) -----------------------------------------------------------------
+
+
+@cache
+def partition(model: str, stages: int) -> tuple[tuple[int, int], ...]:
+    """Contiguous ``[start, end)`` layer ranges of ``stages`` stages with balanced FLOPs.
+
+    Minimises the largest stage's FLOPs (equal FLOPs = equal time when GPUs are mapped by
+    FLOPs share, Fig. 7), then the traffic at the cuts. Raises when there are fewer layers
+    than stages.
+    """
+    spec = model_spec(model)
+    if spec is None:
+        raise InputError(f"agile estimate: unknown model {model!r}")
+    n = len(spec.layers)
+    if not 1 <= stages <= n:
+        raise InputError(f"agile estimate: {model}: {stages} stages for {n} layers")
+    prefix = [0.0]
+    for layer in spec.layers:
+        prefix.append(prefix[-1] + layer.flops)
+    # best[s][j]: (largest stage FLOPs, cut traffic) of the first j layers in s stages.
+    inf = (math.inf, math.inf)
+    best = [[inf] * (n + 1) for _ in range(stages + 1)]
+    cut = [[0] * (n + 1) for _ in range(stages + 1)]
+    best[0][0] = (0.0, 0.0)
+    for s in range(1, stages + 1):
+        for j in range(s, n - (stages - s) + 1):
+            for i in range(s - 1, j):
+                if best[s - 1][i] == inf:
+                    continue
+                traffic = best[s - 1][i][1] + (spec.layers[i - 1].boundary_bytes if i else 0.0)
+                value = (max(best[s - 1][i][0], prefix[j] - prefix[i]), traffic)
+                if value < best[s][j]:
+                    best[s][j], cut[s][j] = value, i
+    bounds = []
+    j = n
+    for s in range(stages, 0, -1):
+        i = cut[s][j]
+        bounds.append((i, j))
+        j = i
+    return tuple(reversed(bounds))
+
+
+# -- data-parallel memory ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryModel:
+    """``W`` (model states, GB per replica) and ``A`` (activation GB per sample) of one model."""
+
+    states_gb: float
+    act_gb_per_sample: float
+    fitted: bool
+
+
+@cache
+def builtin_dp_memory() -> Mapping[str, tuple[tuple[int, int, float], ...]]:
+    """The bundled DP-only memory: model -> ((global batch, GPUs, GB), ...), usable entries only."""
+    text = resources.files("profiles").joinpath("builtin", "data", "crius", "dp_mem.json").read_text("utf-8")
+    return parse_dp_memory(json.loads(text))
+
+
+def parse_dp_memory(document: object) -> Mapping[str, tuple[tuple[int, int, float], ...]]:
+    """``[{MODEL_KEY: [m1, m2, m4, m8, m16]}]`` -> model -> ((batch, GPUs, GB), ...)."""
+    if isinstance(document, list) and len(document) == 1:
+        document = document[0]
+    if not isinstance(document, dict):
+        raise InputError("Crius dp_mem: expected [{model_batch: [GB at 1, 2, 4, 8, 16 GPUs]}]")
+    out: dict[str, list[tuple[int, int, float]]] = {}
+    for label, values in document.items():
+        model, _, batch = str(label).rpartition("_")
+        if not batch.isdigit() or not isinstance(values, list):
+            raise InputError(f"Crius dp_mem: bad entry {label!r}")
+        points = out.setdefault(normalise(model), [])
+        for i, gb in enumerate(values):
+            if not isinstance(gb, int | float):
+                raise InputError(f"Crius dp_mem: {label}: {gb!r} is not a number")
+            if gb > 0:
+                points.append((int(batch), 2**i, float(gb)))
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _fit_memory(points: Sequence[tuple[int, int, float]]) -> tuple[float, float] | None:
+    """Least squares ``GB = W + A x batch / n``; ``None`` without two distinct loads."""
+    xs = np.array([b / n for b, n, _ in points], dtype=np.float64)
+    ys = np.array([gb for _, _, gb in points], dtype=np.float64)
+    if len(set(xs.tolist())) < 2:
+        return None
+    design = np.stack([np.ones_like(xs), xs], axis=1)
+    (w, a), *_ = np.linalg.lstsq(design, ys, rcond=None)
+    if a <= 0 or w <= 0:
+        return None
+    return float(w), float(a)
+
+
+# -- the estimator ------------------------------------------------------------------------------
+
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class StagePlan:
+    """The assembled plan of a Cell: time, each stage's tensor-parallel degree and memory (GB),
+    and the micro-batches per iteration (``4S`` with a pipeline; without one, the gradient
+    accumulation steps the memory needs)."""
+
+    time_s: float
+    tp: tuple[int, ...]
+    memory_gb: tuple[float, ...]
+    micro_batches: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Costs:
+    """Per stage (rows) and option (columns: tensor-parallel degrees ``tps``), seconds and GB."""
+
+    tps: tuple[int, ...]
+    compute_s: FloatArray  # per micro-batch at eta = 1 (divide by eta)
+    comm_s: FloatArray  # per micro-batch, on the stage's critical path
+    sync_s: FloatArray  # per iteration (gradient all-reduce)
+    send_s: float  # inter-stage send/recv of one micro-batch through the pipeline
+    memory_gb: FloatArray
+    fits: npt.NDArray[np.bool_]
+    micro_batches: tuple[int, ...]  # per option (differs only without a pipeline)
+
+
+def _collective(spec: GpuSpec, k: int, first_gpu: int, volume: float) -> float:
+    """Ring all-reduce of ``volume`` bytes over ``k`` consecutive GPUs from ``first_gpu``."""
+    if k <= 1 or volume <= 0:
+        return 0.0
+    node = spec.gpus_per_node
+    if first_gpu // node == (first_gpu + k - 1) // node:
+        bandwidth, latency = spec.intra_gb_s * GB, spec.intra_latency_s
+    else:
+        bandwidth, latency = spec.inter_gb_s * GB / min(k, node), spec.inter_latency_s
+    return 2.0 * (k - 1) * latency + 2.0 * (k - 1) / k * volume / bandwidth
+
+
+def assemble(
+    time_s: FloatArray, sync_s: FloatArray, fits: npt.NDArray[np.bool_], fixed_s: float, micro_batches: int
+) -> tuple[float, tuple[int, ...]] | None:
+    """The best of the plans that give each stage one option (the ``2^S`` plans of §5.1).
+
+    ``time_s[s, o]``: stage ``s``'s time per micro-batch under option ``o``; ``sync_s``: its
+    once-per-iteration gradient all-reduce; ``fixed_s``: what every plan adds (the first
+    micro-batch's inter-stage sends). A plan costs
+    ``sum(time) + fixed + (B - 1) x max(time) + max(sync)`` (§5.1: the first micro-batch
+    through every stage, ``B - 1`` more at the slowest stage's pace, its communication
+    overlapped). Exact without enumerating the plans: for every pair of bounds on
+    ``max(time)`` and ``max(sync)`` (values that occur), each stage takes its fastest option
+    within both; the best of those plans is optimal (the optimum's own maxima are one such
+    pair). ``None`` when some stage has no option that fits. Returns the time and each
+    stage's option.
+    """
+    ok_t = np.where(fits, time_s, np.inf)
+    if not np.isfinite(ok_t).any(axis=1).all():
+        return None
+    if time_s.shape[1] == 1 or time_s.shape[0] == 1:
+        if time_s.shape[1] == 1:
+            choice = np.zeros(time_s.shape[0], dtype=np.int64)
+        else:
+            per = micro_batches * ok_t[0] + fixed_s + np.where(fits[0], sync_s[0], np.inf)
+            choice = np.array([int(per.argmin())])
+        rows = np.arange(time_s.shape[0])
+        t, y = time_s[rows, choice], sync_s[rows, choice]
+        value = float(t.sum() + fixed_s + (micro_batches - 1) * t.max() + y.max())
+        return value, tuple(int(c) for c in choice)
+    t_bounds = np.unique(time_s[fits])
+    s_bounds = np.unique(sync_s[fits])
+    ok = (
+        fits[None, None]
+        & (time_s[None, None] <= t_bounds[:, None, None, None])
+        & (sync_s[None, None] <= s_bounds[None, :, None, None])
+    )
+    masked = np.where(ok, time_s[None, None], np.inf)
+    choice4 = masked.argmin(axis=3)
+    chosen = np.take_along_axis(masked, choice4[..., None], axis=3)[..., 0]
+    valid = np.isfinite(chosen).all(axis=2)
+    if not valid.any():
+        return None
+    chosen = np.where(valid[..., None], chosen, 0.0)
+    chosen_sync = np.take_along_axis(np.broadcast_to(sync_s, masked.shape), choice4[..., None], axis=3)[
+        ..., 0
+    ]
+    total = chosen.sum(axis=2) + fixed_s + (micro_batches - 1) * chosen.max(axis=2) + chosen_sync.max(axis=2)
+    total = np.where(valid, total, np.inf)
+    i, j = np.unravel_index(int(total.argmin()), total.shape)
+    return float(total[i, j]), tuple(int(o) for o in choice4[i, j])
+
+
+class AgileEstimator:
+    """Crius's agile estimate of a model's Cells (see the module docstring for the method).
+
+    ``table`` supplies the measured best-plan times ``eta`` is inverted from (never the key
+    being estimated); ``dp_memory`` the data-parallel-only memory; ``gpus`` the GPU types.
+    Deterministic and memoised: every answer depends only on its arguments and these three.
+    Models are named as Crius names them (``bert_760M``; case and punctuation ignored).
+    """
+
+    def __init__(
+        self,
+        table: CriusTable | None = None,
+        dp_memory: Mapping[str, tuple[tuple[int, int, float], ...]] | None = None,
+        gpus: Mapping[str, GpuSpec] | None = None,
+    ) -> None:
+        self.table = builtin_crius() if table is None else table
+        self.dp_memory = builtin_dp_memory() if dp_memory is None else dp_memory
+        self.gpus = dict(GPU_SPECS if gpus is None else gpus)
+        points: dict[str, dict[tuple[int, str, int], CriusRecord]] = {}
+        for r in self.table.records:  # consolidated layout (fewest nodes) per key, as the table answers
+            spec = model_spec(r.model)
+            if spec is None or r.gpu_type not in self.gpus:
+                continue
+            mine = points.setdefault(spec.name, {})
+            key = (r.batch_size, r.gpu_type, r.gpus)
+            if key not in mine or r.nodes < mine[key].nodes:
+                mine[key] = r
+        self._points = {
+            m: tuple(r for r in v.values() if r.iter_time_s is not None) for m, v in points.items()
+        }
+        self._family_memory = self._fit_family_memory()
+        self._memory = lru_cache(maxsize=None)(self._memory_of)
+        self._costs = lru_cache(maxsize=8192)(self._stage_costs)
+        self._point_etas = lru_cache(maxsize=None)(self._etas_of_points)
+        self._type_level = lru_cache(maxsize=None)(self._family_type_level)
+        self._eta = lru_cache(maxsize=65536)(self._eta_at)
+        self._estimate = lru_cache(maxsize=65536)(self._estimate_at)
+
+    # -- memory --
+
+    def _fit_family_memory(self) -> dict[str, tuple[float, float]]:
+        per_family: dict[str, list[tuple[float, float]]] = {}
+        for name in _CANONICAL.values():
+            spec = model_spec(name)
+            assert spec is not None
+            fit = _fit_memory(self.dp_memory.get(normalise(name), ()))
+            if fit is not None:
+                per_family.setdefault(spec.family, []).append(
+                    (fit[0] * GB / spec.params, fit[1] / spec.act_units)
+                )
+        return {f: (median(w for w, _ in v), median(a for _, a in v)) for f, v in per_family.items()}
+
+    def memory(self, model: str) -> MemoryModel | None:
+        """``W`` and ``A`` of ``model``: fitted to its DP-only memory, else the family's ratios."""
+        return self._memory(normalise_model(model))
+
+    def _memory_of(self, model: str) -> MemoryModel | None:
+        spec = model_spec(model)
+        if spec is None:
+            return None
+        fit = _fit_memory(self.dp_memory.get(normalise(spec.name), ()))
+        if fit is not None:
+            return MemoryModel(fit[0], fit[1], fitted=True)
+        family = self._family_memory.get(spec.family)
+        if family is None:
+            return None
+        return MemoryModel(family[0] * spec.params / GB, family[1] * spec.act_units, fitted=False)
+
+    # -- costs --
+
+    def _stage_costs(
+        self, model: str, batch: int, gpu_type: str, gpus: int, stages: int, tps: tuple[int, ...] | None
+    ) -> _Costs | None:
+        spec, gpu, memory = model_spec(model), self.gpus.get(gpu_type), self._memory(model)
+        if spec is None or gpu is None or memory is None or batch < 1 or gpus < 1 or stages < 1:
+            return None
+        if gpus % stages or stages > len(spec.layers):
+            return None
+        k = gpus // stages
+        options = tps if tps is not None else tuple(sorted({1, k}))
+        if any(t < 1 or k % t for t in options):
+            return None
+        peak = gpu.peak_tflops * 1e12
+        usable = USABLE_FRACTION * gpu.mem_gb / MEMORY_HEADROOM
+        pipeline_micro = MICRO_BATCHES_PER_STAGE * stages
+        shape = (stages, len(options))
+        compute, comm, sync, mem = (np.zeros(shape) for _ in range(4))
+        micro_of = [1] * len(options)
+        send = 0.0
+        bounds = partition(spec.name, stages)
+        for o, t in enumerate(options):
+            d = k // t
+            if stages > 1:
+                micro, in_flight = pipeline_micro, batch * stages / pipeline_micro  # 1F1B: S in flight
+            else:
+                # No pipeline: gradient accumulation (up to MAX_ACCUMULATION steps) when the
+                # whole batch's activations do not fit, as Alpa's micro-batching does.
+                micro = 1
+                while micro < MAX_ACCUMULATION and micro * 2 <= batch / d:
+                    if self._need(spec, memory, bounds[0], t, d, batch / micro) <= usable:
+                        break
+                    micro *= 2
+                in_flight = batch / micro
+            micro_of[o] = micro
+            m = batch / micro
+            for s, bound in enumerate(bounds):
+                lo, hi = bound
+                layers = spec.layers[lo:hi]
+                flops = sum(layer.flops for layer in layers)
+                params = sum(layer.params for layer in layers)
+                first = s * k
+                compute[s, o] = flops * m / (k * peak)
+                # Tensor-parallel all-reduces inside a replica of t consecutive GPUs.
+                comm[s, o] = _collective(gpu, t, first, sum(layer.tp_bytes for layer in layers) * m / d)
+                # Gradient all-reduce over the d replicas of each shard.
+                sync[s, o] = _collective(gpu, d, first, params * spec.grad_bytes / t)
+                mem[s, o] = self._need(spec, memory, bound, t, d, in_flight)
+        m = batch / pipeline_micro
+        for s, (lo, _) in enumerate(bounds[1:], start=1):
+            # Boundary activations forward and their gradients back, each GPU its share.
+            first = s * k
+            same_node = (first - 1) // gpu.gpus_per_node == first // gpu.gpus_per_node
+            bandwidth = gpu.intra_gb_s * GB if same_node else gpu.inter_gb_s * GB / min(k, gpu.gpus_per_node)
+            latency = gpu.intra_latency_s if same_node else gpu.inter_latency_s
+            send += latency + 2.0 * m * spec.layers[lo - 1].boundary_bytes / k / bandwidth
+        return _Costs(options, compute, comm, sync, send, mem, mem <= usable, tuple(micro_of))
+
+    @staticmethod
+    def _need(
+        spec: ModelSpec, memory: MemoryModel, bound: tuple[int, int], t: int, d: int, in_flight: float
+    ) -> float:
+        """GB per GPU of the layers ``bound`` at TP degree ``t``, ``d`` replicas, ``in_flight`` samples."""
+        layers = spec.layers[bound[0] : bound[1]]
+        params = sum(layer.params for layer in layers) / spec.params
+        acts = sum(layer.act_units for layer in layers) / spec.act_units
+        act_tp = 1.0 / t if spec.conv else (10.0 + 24.0 / t) / 34.0
+        return memory.states_gb * params / t + memory.act_gb_per_sample * acts * in_flight / d * act_tp
+
+    def _plan(self, costs: _Costs, eta: float) -> StagePlan | None:
+        time_s = costs.compute_s / eta + costs.comm_s
+        micro = costs.micro_batches
+        if len(set(micro)) > 1:  # no pipeline: one stage, each option its own accumulation
+            best = assemble(time_s, costs.sync_s, costs.fits, costs.send_s, 1)
+            if best is not None:
+                best = (best[0] + (micro[best[1][0]] - 1) * float(time_s[0, best[1][0]]), best[1])
+        else:
+            best = assemble(time_s, costs.sync_s, costs.fits, costs.send_s, micro[0])
+        if best is None:
+            return None
+        total, choice = best
+        return StagePlan(
+            time_s=total,
+            tp=tuple(costs.tps[o] for o in choice),
+            memory_gb=tuple(float(costs.memory_gb[s, o]) for s, o in enumerate(choice)),
+            micro_batches=micro[choice[0]],
+        )
+
+    def plan_at(
+        self,
+        model: str,
+        batch: int,
+        gpu_type: str,
+        gpus: int,
+        stages: int,
+        eta: float,
+        tps: tuple[int, ...] | None = None,
+    ) -> StagePlan | None:
+        """The best assembled plan at efficiency ``eta`` (``None``: nothing fits, or unknown).
+
+        ``tps``: the tensor-parallel degrees every stage may take (default DP-only and
+        TP-only, the ``2^S`` plans of §5.1; one degree: that uniform plan).
+        """
+        costs = self._costs(normalise_model(model), batch, gpu_type.lower(), gpus, stages, tps)
+        return None if costs is None else self._plan(costs, eta)
+
+    # -- eta, inverted from the measured points --
+
+    def _invert(self, r: CriusRecord) -> float | None:
+        """The ``eta`` at which the best Cell over the stage counts takes the measured time.
+
+        The best time falls with ``eta``; it is evaluated on a geometric grid of ``eta`` (all
+        plans of all stage counts at once) and, between the two grid points that bracket the
+        measurement, taken as ``a / eta + b`` through them. ``None`` when no Cell fits (no
+        information); the bounds of :data:`ETA_BOUNDS` when the measurement lies outside.
+        """
+        assert r.iter_time_s is not None
+        model = normalise_model(r.model)
+        best = np.full(_ETA_GRID.size, np.inf)
+        for s in stage_counts(r.gpus):
+            costs = self._costs(model, r.batch_size, r.gpu_type, r.gpus, s, None)
+            if costs is not None:
+                best = np.minimum(best, _times_over_eta(costs, _ETA_GRID))
+        if not np.isfinite(best[-1]):
+            return None
+        measured = r.iter_time_s
+        if best[-1] >= measured:
+            return ETA_BOUNDS[1]
+        if best[0] <= measured:
+            return ETA_BOUNDS[0]
+        i = int(np.argmax(best <= measured))  # first grid point at or below the measurement
+        e0, e1, t0, t1 = _ETA_GRID[i - 1], _ETA_GRID[i], best[i - 1], best[i]
+        a = (t0 - t1) / (1.0 / e0 - 1.0 / e1)
+        b = t1 - a / e1
+        return float(min(e1, max(e0, a / (measured - b)))) if measured > b and a > 0 else float(e1)
+
+    def _etas_of_points(self, model: str) -> tuple[tuple[CriusRecord, float], ...]:
+        """Every measured point of ``model`` with its inverted ``eta`` (points the memory model
+        calls out of memory carry no information on ``eta`` and are left out)."""
+        return tuple((r, eta) for r in self._points.get(model, ()) if (eta := self._invert(r)) is not None)
+
+    def _family_type_level(self, family: str, gpu_type: str, exclude: str) -> float | None:
+        """The family's median log-``eta`` on ``gpu_type`` over models other than ``exclude``."""
+        values = [
+            math.log(eta)
+            for name in self._points
+            if name != exclude and _family(name) == family
+            for r, eta in self._point_etas(name)
+            if r.gpu_type == gpu_type
+        ]
+        return median(values) if values else None
+
+    def eta(self, model: str, batch: int, gpu_type: str, gpus: int) -> float | None:
+        """The efficiency the estimate of ``(model, batch, gpu_type, gpus)`` uses (leave-one-out).
+
+        A weighted least-squares fit of ``log eta = c0 + c1 log2(n'/n) + c2 log2(b'/b)`` over
+        the model's other measured points (slopes ridge-regularised toward 0; weights and the
+        cross-type shift in the module docstring), read at ``(n, b)``: ``c0``. The table's
+        value at this very key is never used. ``None`` for an unknown model or GPU type.
+        """
+        return self._eta(normalise_model(model), batch, gpu_type.lower(), gpus)
+
+    def _eta_at(self, model: str, batch: int, gpu_type: str, gpus: int) -> float | None:
+        family = _family(model)
+        if family is None or gpu_type not in self.gpus or batch < 1 or gpus < 1:
+            return None
+        here = self._type_level(family, gpu_type, model)
+        rows, values, weights = [], [], []
+        for r, eta in self._point_etas(model):
+            if (r.batch_size, r.gpu_type, r.gpus) == (batch, gpu_type, gpus):
+                continue  # leave one out: never the key being estimated
+            dn, db = math.log2(r.gpus / gpus), math.log2(r.batch_size / batch)
+            weight = 2.0 ** -abs(dn) * 2.0 ** -abs(db)
+            value = math.log(eta)
+            if r.gpu_type != gpu_type:
+                there = self._type_level(family, r.gpu_type, model)
+                if here is not None and there is not None:
+                    value += here - there
+                weight *= OTHER_TYPE_WEIGHT
+            rows.append((1.0, dn, db))
+            values.append(value)
+            weights.append(weight)
+        if not rows or sum(weights) <= 0:
+            return None if here is None else min(ETA_BOUNDS[1], math.exp(here))
+        x, y, w = np.asarray(rows), np.asarray(values), np.asarray(weights)
+        gram = x.T @ (w[:, None] * x) + np.diag([0.0, RIDGE, RIDGE]) * w.sum()
+        coef = np.linalg.solve(gram, x.T @ (w * y))
+        # Read the fit at the query, or at the nearest edge of the points when the query lies
+        # outside them: the trend is not extrapolated.
+        at_n = min(max(0.0, x[:, 1].min()), x[:, 1].max())
+        at_b = min(max(0.0, x[:, 2].min()), x[:, 2].max())
+        log_eta = coef[0] + coef[1] * at_n + coef[2] * at_b
+        return float(min(ETA_BOUNDS[1], max(ETA_BOUNDS[0], math.exp(log_eta))))
+
+    # -- the estimate --
+
+    def estimate(self, model: str, batch: int, gpu_type: str, gpus: int, stages: int) -> StagePlan | None:
+        """The agile estimate of one Cell: the best of its ``2^S`` assembled plans (§5.1).
+
+        ``None`` when the model, GPU type or stage count is unknown or impossible
+        (``stages`` must divide ``gpus``), or when no assembled plan fits in memory.
+        """
+        return self._estimate(normalise_model(model), batch, gpu_type.lower(), gpus, stages)
+
+    def _estimate_at(self, model: str, batch: int, gpu_type: str, gpus: int, stages: int) -> StagePlan | None:
+        eta = self._eta(model, batch, gpu_type, gpus)
+        return None if eta is None else self.plan_at(model, batch, gpu_type, gpus, stages, eta)
+
+    def best(self, model: str, batch: int, gpu_type: str, gpus: int) -> tuple[int, StagePlan] | None:
+        """The fastest stage count of the Cells on ``gpus`` GPUs and its estimate."""
+        found = [(s, p) for s in stage_counts(gpus) if (p := self.estimate(model, batch, gpu_type, gpus, s))]
+        return min(found, key=lambda sp: (sp[1].time_s, sp[0]), default=None)
+
+    def tuned(
+        self, model: str, batch: int, gpu_type: str, gpus: int, stages: int
+    ) -> tuple[int, StagePlan] | None:
+        """Cell-guided tuning (§5.2): the tensor-parallel degree of the Cell's uniform plan.
+
+        The estimate's stage favours (TP-only or DP-only; the majority, DP on a tie) keep one
+        half of the space, cut at the half-hybrid point ``sqrt(k)`` (both halves include the
+        degrees next to it); the fastest uniform ``tp`` there that fits is returned with its
+        plan. The other half when nothing in the favoured one fits; ``None`` when nothing fits.
+        """
+        name = normalise_model(model)
+        estimate = self.estimate(name, batch, gpu_type, gpus, stages)
+        eta = self.eta(name, batch, gpu_type, gpus)
+        if estimate is None or eta is None:
+            return None
+        k = gpus // stages
+        degrees = [t for t in range(1, k + 1) if k % t == 0]
+        half = math.sqrt(k)
+        dp_half = [t for t in degrees if t <= half or t == min(d for d in degrees if d >= half)]
+        tp_half = [t for t in degrees if t >= half or t == max(d for d in degrees if d <= half)]
+        tp_votes = sum(1 for t in estimate.tp if t > 1)
+        favoured, other = (tp_half, dp_half) if 2 * tp_votes > len(estimate.tp) else (dp_half, tp_half)
+        for space in (favoured, other):
+            plans = [
+                (t, p) for t in space if (p := self.plan_at(name, batch, gpu_type, gpus, stages, eta, (t,)))
+            ]
+            if plans:
+                return min(plans, key=lambda tp: (tp[1].time_s, tp[0]))
+        return None
+
+    def knows(self, model: str) -> bool:
+        """True when ``model`` has a shape and a memory model (so it can be estimated)."""
+        return self.memory(model) is not None
+
+
+_ETA_GRID = np.geomspace(ETA_BOUNDS[0], ETA_BOUNDS[1], 97)
+
+
+def _times_over_eta(costs: _Costs, etas: FloatArray) -> FloatArray:
+    """The best assembled plan's time at each ``eta`` (every plan enumerated; small cells only
+    need this, the inversion's: measured points have at most 16 GPUs)."""
+    stages, options = costs.compute_s.shape
+    plans = np.array(list(itertools.product(range(options), repeat=stages)), dtype=np.int64)
+    rows = np.arange(stages)
+    fits = costs.fits[rows, plans].all(axis=1)
+    if not fits.any():
+        return np.full(etas.size, np.inf)
+    plans = plans[fits]
+    compute = costs.compute_s[rows, plans]  # (plans, stages)
+    comm = costs.comm_s[rows, plans]
+    sync = costs.sync_s[rows, plans].max(axis=1)
+    micro = np.array([costs.micro_batches[p[0]] for p in plans], dtype=np.float64)
+    time_s = compute[None] / etas[:, None, None] + comm[None]  # (etas, plans, stages)
+    total = time_s.sum(axis=2) + costs.send_s + (micro - 1.0) * time_s.max(axis=2) + sync
+    best: FloatArray = total.min(axis=1)
+    return best
+
+
+MAX_ACCUMULATION = 16
+"""Most gradient-accumulation steps the estimate gives a stage without a pipeline."""
+INVERSION_STEPS = 24
+OTHER_TYPE_WEIGHT = 0.01
+RIDGE = 0.05
+
+
+def _family(model: str) -> str | None:
+    spec = model_spec(model)
+    return None if spec is None else spec.family
+
+
+def stage_counts(gpus: int) -> tuple[int, ...]:
+    """``1, 2, 4, ...``: the powers of two that divide ``gpus`` (§6.1's ~log2 N stage counts)."""
+    out, s = [], 1
+    while s <= gpus and gpus % s == 0:
+        out.append(s)
+        s *= 2
+    return tuple(out)
+
+
+def normalise_model(model: str) -> str:
+    """Crius's name of a model (``bert__760M`` -> ``bert_760M``); unchanged when unknown."""
+    return _CANONICAL.get(normalise(model), model)
+
+
+def peak_bound_s(
+    model: str, batch: int, gpu_type: str, gpus: int, specs: Mapping[str, GpuSpec] | None = None
+) -> float:
+    """The shortest iteration physics allows: the batch's training FLOPs at every GPU's peak."""
+    spec = model_spec(model)
+    if spec is None:
+        raise InputError(f"agile estimate: unknown model {model!r}")
+    gpu = (GPU_SPECS if specs is None else specs)[gpu_type]
+    return spec.flops_per_sample * batch / (gpus * gpu.peak_tflops * 1e12)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 
 from planner.config import PRESETS, build_scheduler, component_names
+from planner.policies.synergy.demand import best_case_per_gpu
+from profiles.observed import ObservedPoint, refine_store
+from profiles.store import ProfileStore
 from slurm_plugin.profiles_file import load_profile_store
 
 
@@ -18,6 +21,11 @@ def add_parsers(
     q = sub.add_parser("profiles", parents=[common], help="list model profiles, or show one")
     q.add_argument("model", nargs="?", help="a model name or alias")
     q.add_argument("--profiles", action="append", default=[], metavar="JSON", help="extra profile file(s)")
+    q.add_argument(
+        "--spool",
+        metavar="DIR",
+        help="also the observations the controller with this spool recorded (refined as it plans)",
+    )
     q.set_defaults(run=run_profiles)
 
 
@@ -56,9 +64,16 @@ def run_profiles(args: argparse.Namespace) -> int:
                 data.append("CPU/memory sensitivity")
             print(f"{name:<16} {p.task:<15} {', '.join(data) or 'neutral (no measurements)'}")
         return 0
+    observed = _observations(args.spool, store, args.model) if args.spool else []
+    if observed:
+        store = refine_store(store, observed)
     p = store.resolve(args.model)
     print(f"{p.name} ({p.task}); aliases: {', '.join(p.aliases) or '-'}")
     print(f"  sources: {'; '.join(p.sources) or '-'}")
+    blocks = store.provenance(args.model)
+    print(f"  blocks: {', '.join(f'{b} ({k})' for b, k in blocks.items()) or '-'}")
+    if args.spool:
+        print(f"  observed runs: {len(observed)}")
     if p.throughput:
         gpu_types = sorted({k.gpu_type for k in p.throughput})
         print(
@@ -66,4 +81,23 @@ def run_profiles(args: argparse.Namespace) -> int:
         )
     if p.sensitivity is not None:
         print(f"  best-case CPUs/GPU {p.ideal_cpus_per_gpu}, memory GB/GPU {p.ideal_mem_gb_per_gpu}")
+        demand = best_case_per_gpu(p.sensitivity)
+        print(f"  demand from the matrix (5 % tolerance): {demand.cpus} CPUs, {demand.mem_gb:g} GB per GPU")
     return 0
+
+
+def _observations(spool: str, store: ProfileStore, model: str) -> list[ObservedPoint]:
+    """The model's observed points in the controller's state store at ``spool`` (none: no store)."""
+    from pathlib import Path
+
+    from slurm_plugin.store import Store
+
+    path = Path(spool) / "mosaic.db"
+    if not path.is_file():
+        return []
+    db = Store(path)
+    try:
+        key = store.model_key(model)
+        return [o for o in db.observations() if store.model_key(o.model) == key]
+    finally:
+        db.close()

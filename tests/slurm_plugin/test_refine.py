@@ -229,3 +229,40 @@ def test_run_rate_uses_the_current_run_only() -> None:
     assert run_rate(records, 3, started_s=30) == (None, 0)
     many = [beat(1, k, float(k)) for k in range(1, 20)]
     assert run_rate(many, 1, None) == (17.0, 0)  # the median of the newest five (15..19)
+
+
+def test_mosaic_profiles_shows_each_block_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from profiles.observed import ObservedPoint, Shape
+    from slurm_plugin.cli.main import main
+
+    store = Store(tmp_path / "mosaic.db")
+    shape = Shape("v100", 1)
+    store.record_observations(
+        [(1, ObservedPoint("resnet18", shape, c, 62.5, 200.0, T0 + c, job_id=f"j{c}")) for c in (4.0, 9.0)],
+        keep=4,
+    )
+    store.close()
+    assert main(["profiles", "resnet18"]) == 0
+    before = capsys.readouterr().out
+    assert "blocks: throughput (built-in), sensitivity (built-in)" in before
+    assert "demand from the matrix (5 % tolerance): 9 CPUs" in before
+    assert main(["profiles", "res18", "--spool", str(tmp_path)]) == 0
+    after = capsys.readouterr().out
+    assert "sensitivity (built-in+observed)" in after and "observed runs: 2" in after
+    assert "demand from the matrix (5 % tolerance): 4 CPUs" in after
+
+
+def test_the_store_keeps_the_newest_points_per_model_and_shape(tmp_path: Path) -> None:
+    from profiles.observed import ObservedPoint, Shape
+
+    store = Store(tmp_path / "mosaic.db")
+    a, b = Shape("v100", 1), Shape("v100", 2)
+    points = [(1, ObservedPoint("m", a, 4, 10, 1.0 + k, float(k), job_id=f"a{k}")) for k in range(5)]
+    points += [(1, ObservedPoint("m", b, 4, 10, 9.0, 0.0, job_id="b"))]
+    store.record_observations(points, keep=3)
+    kept = store.observations()
+    assert [(p.job_id, p.time_s) for p in kept] == [("b", 0.0), ("a2", 2.0), ("a3", 3.0), ("a4", 4.0)]
+    # A run's point is updated in place as its heartbeats arrive, not added again.
+    store.record_observations([(1, ObservedPoint("m", a, 4, 10, 7.0, 9.0, job_id="a4"))], keep=3)
+    assert [p.samples_per_s_per_gpu for p in store.observations() if p.job_id == "a4"] == [7.0]
+    assert len(store.observations()) == 4

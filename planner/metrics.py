@@ -18,7 +18,11 @@ Definitions (README.md "Metric definitions"):
   the GPU-seconds its jobs held (``gpu_s``), ``avg_gpus`` = ``gpu_s`` / makespan, and, for
   a tenant with a GPU quota, ``quota_use`` = the GPU-seconds its *guaranteed* jobs held /
   (quota x makespan): the average share of its quota in use (a guaranteed job consumes
-  quota, a best-effort job does not; Rubick §5.1).
+  quota, a best-effort job does not; Rubick §5.1);
+* deadlines (:data:`DEADLINE_KEYS`; Crius §8, ElasticFlow): ``deadline_jobs`` = jobs with a
+  deadline, ``deadline_met`` = those finished by it (finish <= deadline, a time on the
+  submission clock), ``deadline_satisfactory_ratio`` = met / jobs with a deadline (``None``
+  when no job has one). A job unfinished at the end has not met its deadline.
 """
 
 from __future__ import annotations
@@ -60,6 +64,9 @@ CLASS_KEYS = (
     "best_effort_p99_jct_s",
 )
 
+# Added to the summary by :func:`summarize` after CLASS_KEYS.
+DEADLINE_KEYS = ("deadline_jobs", "deadline_met", "deadline_satisfactory_ratio")
+
 JOB_COLUMNS = (
     "job_id",
     "num_gpus",
@@ -98,6 +105,14 @@ class JobRecord:
     active_at_arrival: int | None = None
     tenant: str | None = None
     guaranteed: bool = False
+    deadline_s: float | None = None
+
+    @property
+    def met_deadline(self) -> bool | None:
+        """Finished by its deadline (``None``: the job has no deadline)."""
+        if self.deadline_s is None:
+            return None
+        return self.finish_time_s is not None and self.finish_time_s <= self.deadline_s
 
     @property
     def jct_s(self) -> float | None:
@@ -149,8 +164,8 @@ def summarize(
     quotas: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """The summary keys of README.md "mosaic sim" (plus ``unfinished`` and ``preemptions``),
-    then :data:`CLASS_KEYS` and ``tenants`` (:func:`tenant_summary`; ``quotas``: GPU quota
-    per tenant name).
+    then :data:`CLASS_KEYS`, :data:`DEADLINE_KEYS` and ``tenants`` (:func:`tenant_summary`;
+    ``quotas``: GPU quota per tenant name).
 
     Values that cannot be computed (no finished job, no duration) are ``None``.
     """
@@ -180,6 +195,7 @@ def summarize(
         "decision_time_s_mean": _mean(decision_times_s),
         "decision_time_s_max": max(decision_times_s) if decision_times_s else None,
         **_by_class(finished, len([r for r in records if r.guaranteed])),
+        **deadline_summary(records),
         "tenants": tenant_summary(records, makespan, quotas),
     }
 
@@ -197,6 +213,16 @@ def _by_class(finished: Sequence[JobRecord], guaranteed_jobs: int) -> dict[str, 
         "guaranteed_p99_jct_s": _percentile(guaranteed, 99),
         "best_effort_avg_jct_s": _mean(best_effort),
         "best_effort_p99_jct_s": _percentile(best_effort, 99),
+    }
+
+
+def deadline_summary(records: Iterable[JobRecord]) -> dict[str, Any]:
+    """:data:`DEADLINE_KEYS` (the module docstring's definitions)."""
+    outcomes = [met for r in records if (met := r.met_deadline) is not None]
+    return {
+        "deadline_jobs": len(outcomes),
+        "deadline_met": sum(outcomes),
+        "deadline_satisfactory_ratio": sum(outcomes) / len(outcomes) if outcomes else None,
     }
 
 

@@ -22,6 +22,8 @@ metrics module:
 * tenant and guaranteed = the job's ``mosaic:`` comment (``#MOSAIC --tenant NAME
   --guaranteed``), so the summary's guaranteed/best-effort and per-tenant keys are the
   simulator's too (quota use needs the quotas: :func:`summary`'s ``quotas``);
+* deadline = submit + the comment's ``deadline_s`` (``#MOSAIC --deadline-s S``: S seconds
+  after submission), so the deadline keys are the simulator's too;
 * attained GPU-s and allocated GPU-/CPU-seconds = each run's ``AllocTRES`` times its length;
   a ``gres/shard`` counts as half a GPU (:data:`SHARDS_PER_GPU`; needs
   ``AccountingStorageTRES=gres/gpu,gres/shard``, else sacct does not record shards).
@@ -117,11 +119,12 @@ def build_report(rows: Iterable[Mapping[str, str]], partitions: Sequence[str], n
         starts = [run.start for run in started if run.start is not None]
         finished = last.state == "COMPLETED"
         duration = meta.get("duration_s")
+        submit = job_runs[0].submit or now
         records.append(
             JobRecord(
                 job_id=job_id,
                 num_gpus=requested or math.ceil(last.gpus),
-                submit_time_s=job_runs[0].submit or now,
+                submit_time_s=submit,
                 start_time_s=min(starts) if starts else None,
                 finish_time_s=last.end if finished else None,
                 state="finished" if finished else last.state.lower().split()[0],
@@ -133,6 +136,7 @@ def build_report(rows: Iterable[Mapping[str, str]], partitions: Sequence[str], n
                 attained_gpu_s=attained,
                 tenant=meta["tenant"] if isinstance(meta.get("tenant"), str) else None,
                 guaranteed=meta.get("guaranteed") is True,
+                deadline_s=_deadline(meta, submit),
             )
         )
     records.sort(key=lambda r: (r.submit_time_s, _numeric(r.job_id)))
@@ -163,6 +167,15 @@ def run_change(run: Run, previous: Run | None) -> Change:
         if reason in _RELAUNCHES:
             return _RELAUNCHES[reason]
     return Change.MOVED if run.nodes != previous.nodes else Change.RESUMED
+
+
+def _deadline(meta: Mapping[str, Any], submit: float) -> float | None:
+    """``#MOSAIC --deadline-s S`` (the comment's ``deadline_s``: S seconds after submission) as
+    a time on the submission clock; ``None`` without one (or with a malformed one)."""
+    value = meta.get("deadline_s")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return submit + float(value) if math.isfinite(value) and value > 0 else None
 
 
 def _with_active(r: JobRecord, n: int) -> JobRecord:

@@ -171,6 +171,12 @@ def format_summary(summary: dict[str, Any]) -> str:
             value = summary.get(key)
             text = "-" if value is None else f"{value:,.0f} s  ({value / 3600:.2f} h)"
             lines.append(f"  {key:<22} {text}")
+    if summary.get("deadline_jobs"):
+        ratio = summary.get("deadline_satisfactory_ratio")
+        lines.append(
+            f"  {'deadlines met':<22} {summary.get('deadline_met')} of {summary['deadline_jobs']}"
+            + ("" if ratio is None else f"  ({ratio:.1%})")
+        )
     for name, t in (summary.get("tenants") or {}).items():
         jct = "-" if t["avg_jct_s"] is None else f"{t['avg_jct_s'] / 3600:.2f} h"
         use = "" if t["quota_use"] is None else f", {t['quota_use']:.0%} of a {t['gpu_quota']:g}-GPU quota"

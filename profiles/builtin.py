@@ -8,7 +8,12 @@ measurements are read from the published files in ``builtin/data/`` as they are 
   the ``_unconsolidated`` variants for jobs spread over servers);
 * Synergy's CPU/memory sensitivity matrices (the 1-GPU profiles, as Synergy's own
   simulator uses for every GPU count) and best-case demands;
-* Gavel's co-located throughputs (pairs of jobs sharing GPUs), loaded on first use.
+* Gavel's co-located throughputs (pairs of jobs sharing GPUs), loaded on first use;
+* one profile per model that Crius measured (``bert_760M``, ``wide_resnet_2B``,
+  ``moe_2.4B``, ...; :mod:`profiles.perfmodel.crius`), so trace names of that form resolve
+  (case and punctuation ignored, ``bert__760M`` too). Such a profile has no throughputs of
+  its own: the simulator's speed comes from the measured best-plan iteration times at the
+  job's global batch (:func:`profiles.speed.table_factor`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from profiles.schema import ColocationKey, Profile, SensitivityMatrix, Throughpu
 
 GAVEL_SOURCE = "Gavel simulation_throughputs.json (stanford-futuredata/gavel, MIT)"
 SYNERGY_SOURCE = "Synergy simulator/models (msr-fiddle/synergy @1bb2bed6, MIT)"
+CRIUS_TASKS = {"wide_resnet": "image", "bert": "language", "moe": "language"}
 
 
 def _read_text(name: str) -> str:
@@ -119,6 +125,20 @@ def builtin_profiles() -> dict[str, Profile]:
             ideal_cpus_per_gpu=ideal_cpus,
             ideal_mem_gb_per_gpu=ideal_mem,
             sources=tuple(sources),
+        )
+    # Imported here: profiles.perfmodel's package imports the store, which imports this module.
+    from profiles.perfmodel.crius import SOURCE as CRIUS_SOURCE
+    from profiles.perfmodel.crius import builtin_crius
+
+    index = {normalise(label): name for name, p in profiles.items() for label in (name, *p.aliases)}
+    for model in builtin_crius().models():
+        if normalise(model) in index:  # a catalog name wins; none collides today
+            continue
+        family = model.rpartition("_")[0]
+        profiles[model] = Profile(
+            name=model,
+            task=CRIUS_TASKS.get(family, "unknown"),
+            sources=(f"{CRIUS_SOURCE}: best-plan iteration times",),
         )
     return profiles
 

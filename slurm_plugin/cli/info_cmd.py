@@ -62,6 +62,8 @@ def run_profiles(args: argparse.Namespace) -> int:
                 data.append(f"{len(p.throughput)} throughputs")
             if p.sensitivity is not None:
                 data.append("CPU/memory sensitivity")
+            if not data and p.sources:  # measured elsewhere (Crius's best-plan iteration times)
+                data.append("; ".join(p.sources))
             print(f"{name:<16} {p.task:<15} {', '.join(data) or 'neutral (no measurements)'}")
         return 0
     observed = _observations(args.spool, store, args.model) if args.spool else []

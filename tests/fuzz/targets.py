@@ -404,6 +404,30 @@ def _heartbeats(data: bytes) -> None:
     _spool_with(data, "42", "status/42/heartbeat.jsonl", use)
 
 
+RATED_HEARTBEATS = "".join(
+    json.dumps({"event": "heartbeat", "job_id": "42", "plan_version": 1, "samples_per_s": rate, "time": t})
+    + "\n"
+    for rate, t in ((None, 1700000000), (512.0, 1700000010), (498.5, 1700000020), (501, 1700000030))
+)
+
+
+def _heartbeat_rates(data: bytes) -> None:
+    """The controller's online refinement reads a job's newest heartbeats for its rate."""
+    from slurm_plugin.controller import refine
+
+    def use(spool: Path) -> None:
+        records = refine.read_heartbeat_tail(spool, "42")
+        if not all(isinstance(r, dict) for r in records):
+            raise Bug("read_heartbeat_tail returned a non-dict record")
+        rate, bad = refine.run_rate(records, 1, 1700000000.0)
+        if rate is not None and not 0 < rate <= refine.MAX_SAMPLES_PER_S:
+            raise Bug(f"run_rate gave {rate}")
+        if bad < 0:
+            raise Bug("a negative count of bad heartbeats")
+
+    _spool_with(data, "42", "status/42/heartbeat.jsonl", use)
+
+
 def _checkpoint_marker(data: bytes) -> None:
     from slurm_plugin import planfile
 
@@ -550,6 +574,7 @@ def _targets() -> dict[str, Target]:
             named=False,
         ),
         Target("heartbeats", _heartbeats, (InputError,), (HEARTBEATS.encode(),), "bytes"),
+        Target("heartbeat_rates", _heartbeat_rates, (InputError,), (RATED_HEARTBEATS.encode(),), "bytes"),
         Target("checkpoint_marker", _checkpoint_marker, (InputError,), (MARKER.encode(),), "bytes"),
         Target("complete_marker", _complete_marker, (InputError,), (COMPLETE.encode(),), "bytes"),
         Target(

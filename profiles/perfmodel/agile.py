@@ -71,13 +71,10 @@ node, 20 us across. Model shapes are the Crius artifact's benchmark configuratio
 from __future__ import annotations
 
 import itertools
-import json
 import math
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache, lru_cache
-from importlib import resources
+from functools import lru_cache
 from statistics import median
 
 import numpy as np
@@ -85,9 +82,39 @@ import numpy.typing as npt
 
 from planner.errors import InputError
 from profiles.names import normalise
+from profiles.perfmodel.agile_model import (
+    CANONICAL_NAMES,
+    GB,
+    GPU_SPECS,
+    GpuSpec,
+    MemoryModel,
+    ModelSpec,
+    builtin_dp_memory,
+    family_of,
+    fit_memory,
+    model_spec,
+    normalise_model,
+    partition,
+    stage_counts,
+)
 from profiles.perfmodel.crius import CriusRecord, CriusTable, builtin_crius
 
-GB = 1e9
+__all__ = [
+    "GPU_SPECS",
+    "AgileEstimator",
+    "GpuSpec",
+    "MemoryModel",
+    "ModelSpec",
+    "StagePlan",
+    "assemble",
+    "builtin_dp_memory",
+    "model_spec",
+    "normalise_model",
+    "partition",
+    "peak_bound_s",
+    "stage_counts",
+]
+
 MEMORY_HEADROOM = 1.2
 """The artifact multiplies a plan's memory by 1.2 before comparing it with the usable memory."""
 USABLE_FRACTION = 0.8
@@ -95,249 +122,6 @@ USABLE_FRACTION = 0.8
 MICRO_BATCHES_PER_STAGE = 4
 """GPipe's rule Crius follows (Fig. 10): ``B = 4 x S`` micro-batches."""
 ETA_BOUNDS = (1e-4, 1.0)
-
-
-@dataclass(frozen=True, slots=True)
-class GpuSpec:
-    """One GPU type: memory (GB), dense fp16 tensor peak (TFLOP/s), GPUs per node, links."""
-
-    name: str
-    mem_gb: float
-    peak_tflops: float
-    gpus_per_node: int
-    intra_gb_s: float
-    inter_gb_s: float = 12.5
-    intra_latency_s: float = 10e-6
-    inter_latency_s: float = 20e-6
-
-
-GPU_SPECS: Mapping[str, GpuSpec] = {
-    "a100": GpuSpec("a100", 40.0, 312.0, 4, 20.0),
-    "v100": GpuSpec("v100", 32.0, 125.0, 16, 100.0),
-    "a40": GpuSpec("a40", 48.0, 149.7, 2, 20.0),
-    "a10": GpuSpec("a10", 24.0, 125.0, 2, 20.0),
-}
-
-
-# -- the model -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Layer:
-    """One operator group of a model, per sample: training FLOPs (forward + backward),
-    parameters, bytes of activation it hands the next layer, bytes its tensor-parallel
-    all-reduces carry (forward + backward), and activation memory in relative units."""
-
-    flops: float
-    params: float
-    boundary_bytes: float
-    tp_bytes: float
-    act_units: float
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSpec:
-    """A model Crius trains: family (``bert``, ``moe``, ``wide_resnet``), parameter count, layers."""
-
-    name: str
-    family: str
-    params: float
-    layers: tuple[Layer, ...]
-    grad_bytes: float
-
-    @property
-    def flops_per_sample(self) -> float:
-        return sum(layer.flops for layer in self.layers)
-
-    @property
-    def act_units(self) -> float:
-        return sum(layer.act_units for layer in self.layers)
-
-    @property
-    def conv(self) -> bool:
-        return self.family == "wide_resnet"
-
-
-# The artifact's benchmark configurations: transformers (seq_len, hidden, layers, vocab,
-# experts: 0 = dense) and Wide-ResNets (filters, width factor, ResNet depth).
-_TRANSFORMERS: Mapping[str, tuple[int, int, int, int, int]] = {
-    "bert_760M": (1024, 1536, 24, 51200, 0),
-    "bert_1.3B": (1024, 2048, 24, 51200, 0),
-    "bert_2.6B": (1024, 2560, 32, 51200, 0),
-    "bert_6.7B": (1024, 4096, 32, 51200, 0),
-    "bert_15B": (1024, 5120, 48, 51200, 0),
-    "bert_39B": (1024, 8192, 48, 51200, 0),
-    "moe_690M": (1024, 768, 8, 32000, 16),
-    "moe_1.3B": (1024, 768, 16, 32000, 16),
-    "moe_2.4B": (1024, 1024, 16, 32000, 16),
-    "moe_10B": (1024, 1536, 16, 32000, 32),
-    "moe_27B": (1024, 2048, 16, 32000, 48),
-    "moe_70B": (1024, 2048, 32, 32000, 64),
-}
-_WIDE_RESNETS: Mapping[str, tuple[int, int, int]] = {
-    "wide_resnet_500M": (224, 2, 50),
-    "wide_resnet_1B": (320, 2, 50),
-    "wide_resnet_2B": (448, 2, 50),
-    "wide_resnet_4B": (640, 2, 50),
-    "wide_resnet_6.8B": (320, 16, 50),
-    "wide_resnet_13B": (320, 16, 101),
-}
-_RESNET_BLOCKS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}
-_PARAMS = re.compile(r"^(?P<family>[a-z_]+?)_+(?P<value>\d+(?:\.\d+)?)(?P<unit>[MB])$")
-_CANONICAL = {normalise(name): name for name in (*_TRANSFORMERS, *_WIDE_RESNETS)}
-
-
-def _transformer(name: str, params: float, shape: tuple[int, int, int, int, int]) -> ModelSpec:
-    s, h, n_layers, vocab, experts = shape
-    # Per token: attention projections 8h^2 and scores 4sh FLOPs; the FFN 16h^2 (dense) or,
-    # GShard's top-2 routing over experts, 32h^2; x3 for forward + backward.
-    ffn = 32.0 * h * h if experts else 16.0 * h * h
-    flops = 3.0 * s * (8.0 * h * h + ffn + 4.0 * s * h)
-    layer_params = 4.0 * h * h + (experts or 1) * 8.0 * h * h
-    act = 2.0 * s * h  # fp16 activations at a layer boundary
-    layer = Layer(flops=flops, params=layer_params, boundary_bytes=act, tp_bytes=4.0 * act, act_units=s * h)
-    layers = [layer] * n_layers
-    # The embedding (vocab x h) sits with the first layer, the output projection's FLOPs with
-    # the last (tied weights: its parameters are the embedding's).
-    layers[0] = Layer(flops, layer_params + vocab * h, act, 4.0 * act, s * h)
-    layers[-1] = Layer(flops + 3.0 * 2.0 * s * h * vocab, layer_params, act, 4.0 * act, s * h)
-    return _scaled(name, "bert" if not experts else "moe", params, layers, grad_bytes=2.0)
-
-
-def _wide_resnet(name: str, params: float, shape: tuple[int, int, int]) -> ModelSpec:
-    filters, width, depth = shape
-    layers = []
-    for group, blocks in enumerate(_RESNET_BLOCKS[depth]):
-        f = filters * 2**group
-        m = width * f
-        side = 56 // 2**group
-        block_params = 8.0 * f * m + 9.0 * m * m  # 1x1 in, 3x3, 1x1 out (bottleneck)
-        out = 4.0 * f * side * side * 4.0  # fp32 output map
-        flops = 3.0 * 2.0 * block_params * side * side
-        layers += [Layer(flops, block_params, out, 4.0 * out, side * side * (4.0 * f + 2.0 * m))] * blocks
-    return _scaled(name, "wide_resnet", params, layers, grad_bytes=4.0)
-
-
-def _scaled(name: str, family: str, params: float, layers: list[Layer], grad_bytes: float) -> ModelSpec:
-    """Scale the shape's parameter count to the model's nominal size (the label's)."""
-    factor = params / sum(layer.params for layer in layers)
-    scaled = tuple(
-        Layer(layer.flops, layer.params * factor, layer.boundary_bytes, layer.tp_bytes, layer.act_units)
-        for layer in layers
-    )
-    return ModelSpec(name=name, family=family, params=params, layers=scaled, grad_bytes=grad_bytes)
-
-
-@cache
-def model_spec(model: str) -> ModelSpec | None:
-    """The shape of one of Crius's models (``bert_760M``, ``moe__2.4B``, ``Wide-ResNet-2B``...).
-
-    ``None`` for a model outside the artifact's configurations.
-    """
-    name = _CANONICAL.get(normalise(model))
-    if name is None:
-        return None
-    match = _PARAMS.match(name)
-    assert match is not None  # the keys above are well formed
-    params = float(match.group("value")) * (1e6 if match.group("unit") == "M" else 1e9)
-    if name in _TRANSFORMERS:
-        return _transformer(name, params, _TRANSFORMERS[name])
-    return _wide_resnet(name, params, _WIDE_RESNETS[name])
-
-
-# -- stage partition (Fig. 7) -----------------------------------------------------------------
-
-
-@cache
-def partition(model: str, stages: int) -> tuple[tuple[int, int], ...]:
-    """Contiguous ``[start, end)`` layer ranges of ``stages`` stages with balanced FLOPs.
-
-    Minimises the largest stage's FLOPs (equal FLOPs = equal time when GPUs are mapped by
-    FLOPs share, Fig. 7), then the traffic at the cuts. Raises when there are fewer layers
-    than stages.
-    """
-    spec = model_spec(model)
-    if spec is None:
-        raise InputError(f"agile estimate: unknown model {model!r}")
-    n = len(spec.layers)
-    if not 1 <= stages <= n:
-        raise InputError(f"agile estimate: {model}: {stages} stages for {n} layers")
-    prefix = [0.0]
-    for layer in spec.layers:
-        prefix.append(prefix[-1] + layer.flops)
-    # best[s][j]: (largest stage FLOPs, cut traffic) of the first j layers in s stages.
-    inf = (math.inf, math.inf)
-    best = [[inf] * (n + 1) for _ in range(stages + 1)]
-    cut = [[0] * (n + 1) for _ in range(stages + 1)]
-    best[0][0] = (0.0, 0.0)
-    for s in range(1, stages + 1):
-        for j in range(s, n - (stages - s) + 1):
-            for i in range(s - 1, j):
-                if best[s - 1][i] == inf:
-                    continue
-                traffic = best[s - 1][i][1] + (spec.layers[i - 1].boundary_bytes if i else 0.0)
-                value = (max(best[s - 1][i][0], prefix[j] - prefix[i]), traffic)
-                if value < best[s][j]:
-                    best[s][j], cut[s][j] = value, i
-    bounds = []
-    j = n
-    for s in range(stages, 0, -1):
-        i = cut[s][j]
-        bounds.append((i, j))
-        j = i
-    return tuple(reversed(bounds))
-
-
-# -- data-parallel memory ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryModel:
-    """``W`` (model states, GB per replica) and ``A`` (activation GB per sample) of one model."""
-
-    states_gb: float
-    act_gb_per_sample: float
-    fitted: bool
-
-
-@cache
-def builtin_dp_memory() -> Mapping[str, tuple[tuple[int, int, float], ...]]:
-    """The bundled DP-only memory: model -> ((global batch, GPUs, GB), ...), usable entries only."""
-    text = resources.files("profiles").joinpath("builtin", "data", "crius", "dp_mem.json").read_text("utf-8")
-    return parse_dp_memory(json.loads(text))
-
-
-def parse_dp_memory(document: object) -> Mapping[str, tuple[tuple[int, int, float], ...]]:
-    """``[{MODEL_KEY: [m1, m2, m4, m8, m16]}]`` -> model -> ((batch, GPUs, GB), ...)."""
-    if isinstance(document, list) and len(document) == 1:
-        document = document[0]
-    if not isinstance(document, dict):
-        raise InputError("Crius dp_mem: expected [{model_batch: [GB at 1, 2, 4, 8, 16 GPUs]}]")
-    out: dict[str, list[tuple[int, int, float]]] = {}
-    for label, values in document.items():
-        model, _, batch = str(label).rpartition("_")
-        if not batch.isdigit() or not isinstance(values, list):
-            raise InputError(f"Crius dp_mem: bad entry {label!r}")
-        points = out.setdefault(normalise(model), [])
-        for i, gb in enumerate(values):
-            if not isinstance(gb, int | float):
-                raise InputError(f"Crius dp_mem: {label}: {gb!r} is not a number")
-            if gb > 0:
-                points.append((int(batch), 2**i, float(gb)))
-    return {k: tuple(v) for k, v in out.items()}
-
-
-def _fit_memory(points: Sequence[tuple[int, int, float]]) -> tuple[float, float] | None:
-    """Least squares ``GB = W + A x batch / n``; ``None`` without two distinct loads."""
-    xs = np.array([b / n for b, n, _ in points], dtype=np.float64)
-    ys = np.array([gb for _, _, gb in points], dtype=np.float64)
-    if len(set(xs.tolist())) < 2:
-        return None
-    design = np.stack([np.ones_like(xs), xs], axis=1)
-    (w, a), *_ = np.linalg.lstsq(design, ys, rcond=None)
-    if a <= 0 or w <= 0:
-        return None
-    return float(w), float(a)
 
 
 # -- the estimator ------------------------------------------------------------------------------
@@ -478,10 +262,10 @@ class AgileEstimator:
 
     def _fit_family_memory(self) -> dict[str, tuple[float, float]]:
         per_family: dict[str, list[tuple[float, float]]] = {}
-        for name in _CANONICAL.values():
+        for name in CANONICAL_NAMES.values():
             spec = model_spec(name)
             assert spec is not None
-            fit = _fit_memory(self.dp_memory.get(normalise(name), ()))
+            fit = fit_memory(self.dp_memory.get(normalise(name), ()))
             if fit is not None:
                 per_family.setdefault(spec.family, []).append(
                     (fit[0] * GB / spec.params, fit[1] / spec.act_units)
@@ -496,7 +280,7 @@ class AgileEstimator:
         spec = model_spec(model)
         if spec is None:
             return None
-        fit = _fit_memory(self.dp_memory.get(normalise(spec.name), ()))
+        fit = fit_memory(self.dp_memory.get(normalise(spec.name), ()))
         if fit is not None:
             return MemoryModel(fit[0], fit[1], fitted=True)
         family = self._family_memory.get(spec.family)
@@ -651,7 +435,7 @@ class AgileEstimator:
         values = [
             math.log(eta)
             for name in self._points
-            if name != exclude and _family(name) == family
+            if name != exclude and family_of(name) == family
             for r, eta in self._point_etas(name)
             if r.gpu_type == gpu_type
         ]
@@ -668,7 +452,7 @@ class AgileEstimator:
         return self._eta(normalise_model(model), batch, gpu_type.lower(), gpus)
 
     def _eta_at(self, model: str, batch: int, gpu_type: str, gpus: int) -> float | None:
-        family = _family(model)
+        family = family_of(model)
         if family is None or gpu_type not in self.gpus or batch < 1 or gpus < 1:
             return None
         here = self._type_level(family, gpu_type, model)
@@ -778,28 +562,8 @@ def _times_over_eta(costs: _Costs, etas: FloatArray) -> FloatArray:
 
 MAX_ACCUMULATION = 16
 """Most gradient-accumulation steps the estimate gives a stage without a pipeline."""
-INVERSION_STEPS = 24
 OTHER_TYPE_WEIGHT = 0.01
 RIDGE = 0.05
-
-
-def _family(model: str) -> str | None:
-    spec = model_spec(model)
-    return None if spec is None else spec.family
-
-
-def stage_counts(gpus: int) -> tuple[int, ...]:
-    """``1, 2, 4, ...``: the powers of two that divide ``gpus`` (§6.1's ~log2 N stage counts)."""
-    out, s = [], 1
-    while s <= gpus and gpus % s == 0:
-        out.append(s)
-        s *= 2
-    return tuple(out)
-
-
-def normalise_model(model: str) -> str:
-    """Crius's name of a model (``bert__760M`` -> ``bert_760M``); unchanged when unknown."""
-    return _CANONICAL.get(normalise(model), model)
 
 
 def peak_bound_s(

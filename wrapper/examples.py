@@ -141,6 +141,7 @@ def example_command(
     steps: int,
     *,
     local: bool = True,
+    batch: int | None = None,
     data_dir: str | Path | None = None,
     seed: int = 0,
     python: str | None = None,
@@ -163,6 +164,9 @@ def example_command(
         ``mosaic-run --framework torch --global-batch B`` (srun inside a Slurm job, local
         processes outside), which sets the status and checkpoint directories and resumes
         from the newest complete checkpoint.
+    batch
+        Examples per optimizer step (default: the example's ``batch``); under ``mosaic-run``
+        also its ``--global-batch``.
     data_dir
         The image example's data cache (ignored by examples without data).
     seed
@@ -179,18 +183,18 @@ def example_command(
         The argv, ready for ``subprocess``; no shell involved.
     """
     example = get_example(name)
-    if isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1:
-        raise InputError(f"example {name!r}: cpus must be a positive integer, got {cpus!r}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise InputError(f"example {name!r}: steps must be a positive integer, got {steps!r}")
+    size = example.batch if batch is None else batch
+    for what, value in (("cpus", cpus), ("steps", steps), ("batch", size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"example {name!r}: {what} must be a positive integer, got {value!r}")
     script = [python or sys.executable, str(example_script(name))]
-    args = ["--cpus", str(cpus), "--steps", str(steps), "--batch", str(example.batch), "--seed", str(seed)]
+    args = ["--cpus", str(cpus), "--steps", str(steps), "--batch", str(size), "--seed", str(seed)]
     if example.has_data and data_dir is not None:
         args += ["--data", str(data_dir)]
     args += [*example.default_args, *extra_args]
     if local:
         return [*script, *args]
-    wrapper = [_mosaic_run(), "--framework", "torch", "--global-batch", str(example.batch)]
+    wrapper = [_mosaic_run(), "--framework", "torch", "--global-batch", str(size)]
     return [*wrapper, "--", *script, *args]
 
 

@@ -156,7 +156,7 @@ class _Costs:
     micro_batches: tuple[int, ...]  # per option (differs only without a pipeline)
 
 
-def _collective(spec: GpuSpec, k: int, first_gpu: int, volume: float) -> float:
+def allreduce_s(spec: GpuSpec, k: int, first_gpu: int, volume: float) -> float:
     """Ring all-reduce of ``volume`` bytes over ``k`` consecutive GPUs from ``first_gpu``."""
     if k <= 1 or volume <= 0:
         return 0.0
@@ -333,9 +333,9 @@ class AgileEstimator:
                 first = s * k
                 compute[s, o] = flops * m / (k * peak)
                 # Tensor-parallel all-reduces inside a replica of t consecutive GPUs.
-                comm[s, o] = _collective(gpu, t, first, sum(layer.tp_bytes for layer in layers) * m / d)
+                comm[s, o] = allreduce_s(gpu, t, first, sum(layer.tp_bytes for layer in layers) * m / d)
                 # Gradient all-reduce over the d replicas of each shard.
-                sync[s, o] = _collective(gpu, d, first, params * spec.grad_bytes / t)
+                sync[s, o] = allreduce_s(gpu, d, first, params * spec.grad_bytes / t)
                 mem[s, o] = self._need(spec, memory, bound, t, d, in_flight)
         m = batch / pipeline_micro
         for s, (lo, _) in enumerate(bounds[1:], start=1):

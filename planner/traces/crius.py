@@ -46,7 +46,7 @@ import csv
 import io
 import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from planner.errors import TraceError
@@ -175,11 +175,25 @@ class _Cells:
         return int(value)
 
 
+def _rows(reader: csv.DictReader[str], source: str) -> Iterator[dict[str, str | None]]:
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:  # raised before the reader counts the line it failed on
+            raise TraceError(f"{source}:{reader.line_num + 1}: not valid CSV: {e}") from None
+        yield row
+
+
 def parse_crius_trace(text: str, source: str = "crius trace", table: CriusTable | None = None) -> Conversion:
     """Convert one of the artifact's trace CSVs (module docstring), sorted by submission."""
     table = builtin_crius() if table is None else table
     reader = csv.DictReader(io.StringIO(text))
-    header = [h.strip() for h in reader.fieldnames or ()]
+    try:
+        header = [h.strip() for h in reader.fieldnames or ()]
+    except csv.Error as e:
+        raise TraceError(f"{source}:1: not valid CSV: {e}") from None
     missing = [c for c in ARTIFACT_COLUMNS if c not in header]
     if missing:
         raise TraceError(
@@ -188,7 +202,7 @@ def parse_crius_trace(text: str, source: str = "crius trace", table: CriusTable 
     reader.fieldnames = header
     rows: list[tuple[str, float, float, int, str, str, int, int, str]] = []
     seen: dict[str, int] = {}
-    for row in reader:
+    for row in _rows(reader, source):
         if None in row:
             raise TraceError(f"{source}:{reader.line_num}: more cells than the header has columns")
         c = _Cells(row, source, reader.line_num)

@@ -126,6 +126,11 @@ def test_bad_files():
         parse_crius_trace(HEADER + "a,0,10,bert__760M,50,128,1,v100\n" * 2, "t.csv")
 
 
+def test_a_file_the_csv_module_cannot_split_is_a_trace_error():
+    with pytest.raises(TraceError, match=r"t\.csv:2: not valid CSV"):
+        parse_crius_trace(HEADER + "a,0,10," + "x" * 200_000 + ",50,128,1,v100\n", "t.csv")  # > field limit
+
+
 def test_split_model():
     assert split_model("wide_resnet__6.8B") == ("wide_resnet", "6.8B")
     assert split_model("moe_690M") == ("moe", "690M")

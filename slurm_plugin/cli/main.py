@@ -16,6 +16,7 @@ from slurm_plugin.cli import (
     info_cmd,
     perfmodel_cmd,
     plan_cmd,
+    profile_cmd,
     report_cmd,
     sim_cmd,
     testcluster_cmd,
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     report_cmd.add_parser(sub, common)
     demo_cmd.add_parser(sub, common)
     perfmodel_cmd.add_parser(sub, common)
+    profile_cmd.add_parser(sub, common)
     return parser
 
 

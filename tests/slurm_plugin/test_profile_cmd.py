@@ -1,0 +1,214 @@
+"""``mosaic profile --local`` end to end with a real short job, resuming, the budget, and bad input.
+
+The job (``BURN``) does real arithmetic every step, split over one worker process per CPU it
+may use, and reports heartbeats through the runtime API under ``mosaic-run``. It also
+reports the CPUs it found itself pinned to, so the tests see the pinning directly (this
+machine's cores are shared with other work, so throughput ratios are not asserted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from profiles.document import profiles_from_document
+from profiles.profiler.measure import throughput
+from slurm_plugin.cli.main import main
+from wrapper import status
+
+pytestmark = pytest.mark.jobs
+
+BURN = """
+import multiprocessing
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+from wrapper import runtime
+
+
+def chunk(n):
+    return sum(i * i % 7 for i in range(n))
+
+
+def main():
+    rt = runtime.current()
+    cpus = len(os.sched_getaffinity(0))
+    ranks = rt.world_size
+    with ProcessPoolExecutor(cpus, mp_context=multiprocessing.get_context("fork")) as pool:
+        step = 0
+        while True:
+            list(pool.map(chunk, [20_000] * 8))
+            step += 1
+            rt.report(step, samples=step * 8, cpus=cpus, cores=sorted(os.sched_getaffinity(0)), ranks=ranks,
+                      plan_seen=os.environ.get("MOSAIC_EXEC_PLAN"))
+
+
+main()
+"""
+
+FAST = ["--run-s", "0.6", "--heartbeat-s", "0.2", "--start-timeout-s", "60"]
+
+
+def job(tmp: Path, name: str = "burn", body: str | None = None, model: str | None = None) -> Path:
+    """A batch script running ``body`` (default: BURN) under mosaic-run."""
+    py = tmp / f"{name}.py"
+    py.write_text(BURN if body is None else body)
+    bin_dir = Path(sys.executable).parent
+    script = tmp / f"{name}.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        "#SBATCH -c 2 --mem=1G\n"
+        f"#MOSAIC --model {model or name} --global-batch-size 8\n"
+        f"exec {bin_dir / 'mosaic-run'} --framework torch -- {sys.executable} {py}\n"
+    )
+    return script
+
+
+def profile(*args: str) -> int:
+    return main(["-q", "profile", *args])
+
+
+def records(directory: Path) -> list[dict[str, object]]:
+    return list(status.read_records(directory / status.HEARTBEATS))
+
+
+def test_local_profile_measures_the_cpu_curve_from_heartbeats_and_resumes(tmp_path, capsys):
+    out = tmp_path / "burn.json"
+    assert profile(str(job(tmp_path)), "--local", "--cpus", "1,2", *FAST, "--out", str(out), "--json") == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["complete"] and summary["runs"] == 2 and summary["skipped"] == []
+    document = json.loads(out.read_text())
+    entry = document["models"]["burn"]
+    assert entry["source"].startswith("profiled") and entry["batch_size"] == 8
+    curve = entry["optimistic"]["cpu_samples_per_s"]
+    assert set(curve) == {"1", "2"}
+    for c in (1, 2):
+        beats = records(tmp_path / "burn.json.runs" / f"cpu-{c}")
+        # Each run was pinned to exactly its CPUs, and the curve is what its heartbeats say.
+        assert {b["cpus"] for b in beats if b.get("event") == "heartbeat"} == {c}
+        rate = throughput(beats, warmup=1)
+        assert rate is not None and curve[str(c)] == pytest.approx(rate.samples_per_s, rel=1e-3)
+    assert profiles_from_document(document)["burn"].sensitivity is not None
+    # The same command again: nothing left to run, the same document.
+    assert profile(str(job(tmp_path)), "--local", "--cpus", "1,2", *FAST, "--out", str(out), "--json") == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["runs"] == 2 and again["runs_this_time"] == 0
+    assert json.loads(out.read_text()) == document
+    # Asked differently, the saved state is refused rather than mixed in.
+    assert profile(str(job(tmp_path)), "--local", "--cpus", "1", *FAST, "--out", str(out)) == 2
+    assert "this state is from another profile (request" in capsys.readouterr().err
+
+
+def test_a_budget_lists_what_it_skipped_and_the_same_command_resumes(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    script = str(job(tmp_path))
+    # Before any run the estimate is --run-s + 10 s: a 6 s budget runs nothing.
+    code = profile(
+        script, "--local", "--cpus", "1,2", *FAST, "--budget-min", "0.1", "--out", str(out), "--json"
+    )
+    assert code == 3
+    summary = json.loads(capsys.readouterr().out)
+    assert not summary["complete"] and summary["runs"] == 0 and not out.exists()
+    assert summary["skipped"] == [
+        "CPU search: 1 CPU(s) next, then wherever throughput still changes (unmeasured: 1, 2)"
+    ]
+    assert profile(script, "--local", "--cpus", "1,2", *FAST, "--out", str(out), "--json") == 0
+    assert json.loads(capsys.readouterr().out)["complete"]
+
+
+def test_plan_samples_run_under_each_plan_and_are_fitted(tmp_path, capsys):
+    out = tmp_path / "plans.json"
+    code = profile(
+        str(job(tmp_path)), "--local", "--cpus", "2", *FAST, "--plans", "--model-shape", "10,128,256,4",
+        "--out", str(out), "--json",
+    )  # fmt: skip
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["plan_samples"] == 7 and summary["runs"] == 8
+    rows = (tmp_path / "plans.samples.csv").read_text().splitlines()
+    assert len(rows) == 8 and rows[0].startswith("model,params_m,global_batch")
+    perf = json.loads((tmp_path / "plans.perfmodel.json").read_text())
+    assert perf["format"] == "mosaic-perfmodel/1" and perf["models"]["burn"]["samples"] == 7
+    runs = tmp_path / "plans.json.runs"
+    two_ranks = [d for d in runs.iterdir() if d.name.startswith("plan-r2t1")]
+    assert len(two_ranks) == 3  # dp, grad_accum=2 and activation checkpointing on two ranks
+    for d in two_ranks:
+        beat = [b for b in records(d) if b.get("event") == "heartbeat"][-1]
+        assert beat["ranks"] == 2 and json.loads(str(beat["plan_seen"]))["dp"] == 2
+
+
+def test_a_pair_is_measured_alone_and_together(tmp_path, capsys):
+    out = tmp_path / "pair.json"
+    partner = job(tmp_path, "other")
+    longer = ["--run-s", "1.5", "--heartbeat-s", "0.25"]
+    code = profile(
+        str(job(tmp_path)),
+        "--local",
+        "--cpus",
+        "1",
+        *longer,
+        "--pairs",
+        str(partner),
+        "--out",
+        str(out),
+        "--json",
+    )
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["runs"] == 3  # cpu-1, the partner alone, both together
+    entry = json.loads(out.read_text())["models"]["burn"]
+    (pair,) = entry["colocation"]
+    assert pair["with"] == "other" and pair["steps_per_s"] > 0 and pair["with_steps_per_s"] > 0
+    slow = summary["slowdowns"][str(partner)]
+    assert slow["self"] > 0 and slow["partner"] > 0
+    # Both ran at the same time on the same core. (How much they slowed each other is not
+    # asserted: on this machine's two shared, busy cores one more process on a core costs little.)
+    (pair_dir,) = (tmp_path / "pair.json.runs").glob("pair-*")
+    beats = [
+        [b for b in records(pair_dir / who) if b.get("event") == "heartbeat"] for who in ("self", "partner")
+    ]
+    assert (
+        {tuple(b["cores"]) for b in beats[0]}
+        == {tuple(b["cores"]) for b in beats[1]}
+        == {(min(os.sched_getaffinity(0)),)}
+    )
+    assert max(b[0]["time"] for b in beats) < min(b[-1]["time"] for b in beats)
+
+
+def test_bad_input_is_one_clear_error(tmp_path, capsys):
+    out = str(tmp_path / "x.json")
+    failing = job(tmp_path, "fails", body="import sys\nprint('cannot open the data set')\nsys.exit(3)\n")
+    assert profile(str(failing), "--local", "--cpus", "1", *FAST, "--out", out) == 2
+    err = capsys.readouterr().err
+    assert "exited with status 3 after 0 heartbeat(s)" in err and "cannot open the data set" in err
+
+    silent = job(tmp_path, "silent", body="print('done, no heartbeats')\n")
+    assert profile(str(silent), "--local", "--cpus", "1", *FAST, "--out", out) == 2
+    assert "must report through the runtime API (rt.report)" in capsys.readouterr().err
+
+    hangs = job(tmp_path, "hangs", body="import time\ntime.sleep(60)\n")
+    assert profile(str(hangs), "--local", "--cpus", "1", "--start-timeout-s", "2", "--out", out) == 2
+    assert "no heartbeat from" in capsys.readouterr().err
+
+    assert profile(str(failing), "--local", "--out", str(tmp_path / "missing" / "x.json")) == 2
+    err = capsys.readouterr().err
+    assert f"directory {tmp_path / 'missing'} does not exist" in err
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert profile(str(failing), "--local", "--out", str(blocker / "x.json")) == 2
+    assert "--out" in capsys.readouterr().err
+
+    too_many = len(os.sched_getaffinity(0)) + 1
+    assert profile(str(failing), "--local", "--cpus", str(too_many), "--out", out) == 2
+    assert f"--cpus {too_many}: --local pins each run to its own cores" in capsys.readouterr().err
+    assert profile(str(tmp_path / "nope.sh"), "--local", "--out", out) == 2
+    assert "nope.sh: no such file" in capsys.readouterr().err
+    assert profile("--example", "nope", "--local", "--out", out) == 2
+    assert "unknown example 'nope'" in capsys.readouterr().err
+    assert profile(str(failing), "--local", "--plans", "--out", out) == 2
+    assert "--plans needs --model-shape" in capsys.readouterr().err

@@ -12,7 +12,8 @@ four steps, which this module follows:
    with a distributed-equivalent compilation. Without the GPUs, a stage's compute time is
    its training FLOPs over an *effective rate* ``eta x peak`` of the GPU type (dense fp16
    tensor-core peak), the same for both plans (each of the ``k`` GPUs does ``1/k`` of the
-   work); ``eta`` comes from the measurements (below).
+   work); ``eta`` comes from the measurements (below). (Wide-ResNet trains in fp32, so its
+   ``eta`` is small; against the fp16 peak the peak-FLOPs bound stays a valid lower bound.)
 3. **Communication, interpolated from traffic.** Crius interpolates pre-profiled
    collectives by traffic volume; here every collective is ``alpha + bytes / beta`` on its
    link (the two ends of such a traffic curve: latency and bandwidth), with ring
@@ -31,14 +32,18 @@ four steps, which this module follows:
 
 **Memory** (per stage, per GPU): ``W x pi / t + A x alpha x b x a(t)`` with ``pi`` / ``alpha``
 the stage's share of parameters / activations, ``t`` its tensor-parallel degree, ``b`` the
-samples in flight per data-parallel replica (the whole batch without a pipeline, ``S`` of the
-``4S`` micro-batches under 1F1B) and ``a(t)`` the activations TP shards (Korthikanti et al.:
+samples in flight per data-parallel replica (``S`` of the ``4S`` micro-batches under 1F1B;
+without a pipeline the batch over the fewest gradient-accumulation steps, up to 16, that
+fit, as Alpa's micro-batching does) and ``a(t)`` the activations TP shards (Korthikanti et al.:
 ``(10 + 24/t) / 34`` for a transformer layer; ``1/t`` for convolutions). ``W`` (model states)
 and ``A`` (activation GB per sample) are fitted per model to the measured data-parallel-only
 memory (``builtin/data/crius/dp_mem.json``: ``W + A x batch / n`` at ``n`` = 1..16), or from
 the family's bytes per parameter and activation per unit of model width where a model has no
 such data. A plan fits when ``1.2 x need <= 0.8 x GPU memory`` (the artifact's rule; XLA
-pre-allocates 80 %). GPU memory: A100 40 GB, V100 32, A40 48, A10 24.
+pre-allocates 80 %). GPU memory: A100 40 GB, V100 32, A40 48, A10 24. (This check calls no
+usable measured point out of memory, and none of the 11 points measured out of memory either:
+those are Alpa failures no monotone memory model reproduces, e.g. ``moe_2.4B`` fails at batch
+256 on 16 V100s but runs at 512 and 1024.)
 
 **Where ``eta`` comes from (leave-one-out).** Each measured best-plan time of the model
 (Crius's table: other GPU counts, batches and types) is inverted: the ``eta`` at which this
@@ -106,6 +111,7 @@ __all__ = [
     "MemoryModel",
     "ModelSpec",
     "StagePlan",
+    "allreduce_s",
     "assemble",
     "builtin_dp_memory",
     "model_spec",
@@ -361,10 +367,14 @@ class AgileEstimator:
     def _plan(self, costs: _Costs, eta: float) -> StagePlan | None:
         time_s = costs.compute_s / eta + costs.comm_s
         micro = costs.micro_batches
+        best: tuple[float, tuple[int, ...]] | None
         if len(set(micro)) > 1:  # no pipeline: one stage, each option its own accumulation
-            best = assemble(time_s, costs.sync_s, costs.fits, costs.send_s, 1)
-            if best is not None:
-                best = (best[0] + (micro[best[1][0]] - 1) * float(time_s[0, best[1][0]]), best[1])
+            options = [
+                (m * float(time_s[0, o]) + float(costs.sync_s[0, o]) + costs.send_s, (o,))
+                for o, m in enumerate(micro)
+                if costs.fits[0, o]
+            ]
+            best = min(options, default=None)
         else:
             best = assemble(time_s, costs.sync_s, costs.fits, costs.send_s, micro[0])
         if best is None:

@@ -6,10 +6,12 @@ import time
 
 import pytest
 
+from planner.errors import ConfigError
 from planner.execplan import plan_from_mapping, resolve
 from planner.model import Job
 from planner.policies.crius import AgileCells, MeasuredCells, candidate_counts, candidate_types, stage_choices
 from planner.policies.crius.cell import CellModel
+from planner.policies.crius.cells import dp_fits
 from profiles.perfmodel.crius import builtin_crius
 
 
@@ -164,3 +166,26 @@ def test_agile_and_measured_cells_agree_on_the_type_ranking_of_a_clear_case():
     times = {t: c.iteration_time_s for t, c in est.items() if c is not None}
     assert len(times) == 4
     assert min(times, key=times.__getitem__) == "a100" and max(times, key=times.__getitem__) == "a10"
+
+
+def test_dp_fits_is_the_artifacts_rule_on_the_measured_dp_memory():
+    # bert_760M at batch 256 on 2 GPUs needs 17.925 GB per replica: 1.2 x 17.925 = 21.5 GB
+    # fits 0.8 x 40 = 32 (A100) but not 0.8 x 24 = 19.2 (A10).
+    assert dp_fits("bert_760M", 256, "a100", 2)
+    assert not dp_fits("bert_760M", 256, "a10", 2)
+    assert not dp_fits("bert_760M", 256, "a100", 1)  # -1: not available
+    assert not dp_fits("bert_6.7B", 256, "a100", 8)  # no DP-only run fits at any count
+    assert not dp_fits("bert_760M", 256, "h100", 2)
+
+
+def test_measured_cells_plan_a_model_that_dp_cannot_hold_with_the_agile_plan():
+    job = make_job("bert_6.7B", gpus=8, batch=256)
+    cell = MeasuredCells().best_cell(job, "a100", 8)
+    assert cell is not None
+    assert cell.iteration_time_s == builtin_crius().best_time_s("bert_6.7B", 256, "a100", 8)
+    plan = resolve(plan_from_mapping(cell.plan), 8, 256)
+    assert plan.pp == cell.stages and plan.tp * plan.pp > 1  # not plain DP
+    dp = MeasuredCells(plans="dp").best_cell(job, "a100", 8)
+    assert dp is not None and plan_from_mapping(dp.plan).tp * plan_from_mapping(dp.plan).pp == 1
+    with pytest.raises(ConfigError, match="plans must be"):
+        MeasuredCells(plans="best")

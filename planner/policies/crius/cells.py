@@ -6,8 +6,9 @@
   ``2^S`` assembled plans, a memory check per stage; the Cell's plan is the Cell-guided
   tuning of §5.2 (:func:`profiles.perfmodel.agile.tuned_plan`).
 * :class:`MeasuredCells`: the measured best-plan table (``CriusTable``) as an oracle, for
-  ablations: one Cell per GPU type and count (``stages`` 1, the table does not record the
-  plan), its time the measured best plan's, its plan plain data parallelism.
+  ablations: one Cell per GPU type and count, its time the measured best plan's; the table
+  does not record the plan, so the plan is plain data parallelism where a data-parallel
+  replica fits, else the agile estimate's (see the class).
 
 Both know a job by its model (``Job.model``, Crius's ``{family}_{params}`` names, case and
 punctuation ignored) and its global batch (``Job.batch_size``); a job without a batch or
@@ -24,15 +25,25 @@ GPU types the job accepts.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
+from dataclasses import replace
+from functools import cache, lru_cache
 from types import MappingProxyType
 from typing import Any
 
+from planner.errors import ConfigError
 from planner.execplan import ExecPlan, PlanError, plan_to_mapping, resolve
 from planner.model import Job
 from planner.policies.crius.cell import Cell
 from profiles.names import normalise
-from profiles.perfmodel.agile import AgileEstimator, normalise_model
+from profiles.perfmodel.agile import (
+    GPU_SPECS,
+    MEMORY_HEADROOM,
+    USABLE_FRACTION,
+    AgileEstimator,
+    builtin_dp_memory,
+    normalise_model,
+    stage_counts,
+)
 from profiles.perfmodel.crius import CriusTable, builtin_crius
 
 _CACHE = 65536
@@ -69,14 +80,7 @@ def stage_choices(gpus: int) -> tuple[int, ...]:
     "the number of GPUs accumulated for each stage approximates a power of 2"): about
     ``log2 N`` choices.
     """
-    if gpus < 1:
-        return ()
-    choices = []
-    s = 1
-    while s <= gpus and gpus % s == 0:
-        choices.append(s)
-        s *= 2
-    return tuple(choices)
+    return stage_counts(gpus)
 
 
 def plan_mapping(
@@ -100,6 +104,35 @@ def plan_mapping(
     return _EMPTY
 
 
+@cache
+def shared_estimator() -> AgileEstimator:
+    """One agile estimator over the bundled data, shared (with its memo) by every default
+    :class:`AgileCells`: its first questions about a model family invert that family's
+    measured points (about a second), later ones are memoised."""
+    return AgileEstimator()
+
+
+@cache
+def shared_agile_cells() -> AgileCells:
+    """One default :class:`AgileCells` (its Cell memo shared), e.g. for :class:`MeasuredCells`' plans."""
+    return AgileCells()
+
+
+def dp_fits(model: str, batch: int, gpu_type: str, gpus: int) -> bool:
+    """True when one data-parallel replica fits a GPU by the measured DP-only memory.
+
+    The artifact's rule: ``1.2 x need <= 0.8 x GPU memory``; a count, model or batch without
+    a usable measurement (``-1`` or absent) does not fit, as in the artifact.
+    """
+    spec = GPU_SPECS.get(gpu_type)
+    if spec is None:
+        return False
+    for b, n, gb in builtin_dp_memory().get(normalise(model), ()):
+        if (b, n) == (batch, gpus):
+            return MEMORY_HEADROOM * gb <= USABLE_FRACTION * spec.mem_gb
+    return False
+
+
 class AgileCells:
     """Cells priced by Crius's agile estimation (§5.1), planned by Cell-guided tuning (§5.2).
 
@@ -113,7 +146,7 @@ class AgileCells:
     """
 
     def __init__(self, estimator: AgileEstimator | None = None) -> None:
-        self.estimator = AgileEstimator() if estimator is None else estimator
+        self.estimator = shared_estimator() if estimator is None else estimator
         self._cell = lru_cache(maxsize=_CACHE)(self._estimate)
         self._best = lru_cache(maxsize=_CACHE)(self._fastest)
 
@@ -149,6 +182,12 @@ class AgileCells:
         assert job.batch_size is not None
         return self._best(model, job.batch_size, gpu_type.lower(), gpus)
 
+    def best_cell_of(self, model: str, batch: int, gpu_type: str, gpus: int) -> Cell | None:
+        """:meth:`best_cell` by model name and global batch instead of a job."""
+        if batch < 1 or gpus < 1 or not self.estimator.knows(model):
+            return None
+        return self._best(normalise_model(model), batch, gpu_type.lower(), gpus)
+
     def cells(self, job: Job, gpu_types: Sequence[str], counts: Sequence[int]) -> list[Cell]:
         model = self._key(job)
         if model is None:
@@ -167,14 +206,22 @@ class MeasuredCells:
     """The measured best-plan times as the Cell estimate: an oracle for ablations.
 
     ``best_cell`` is the measured time of ``(model, batch, type, gpus)`` in ``table``
-    (consolidated layout), ``stages`` 1 and the plain data-parallel plan: the table records
-    only the best plan's time, not the plan. A device set measured out of memory (``-1``)
-    or not measured gives ``None`` (the artifact's simulator treats both as infeasible);
+    (consolidated layout). The table records only the best plan's time, not the plan, so the
+    Cell's plan is chosen: plain data parallelism (``stages`` 1) where one data-parallel
+    replica fits the GPU by the measured DP-only memory (``dp_mem.json``, the artifact's rule
+    ``1.2 x need <= 0.8 x memory``); elsewhere (no DP-only run fits: ``bert_6.7B``,
+    ``moe_10B``...) the plan and stage count of the agile estimate's fastest Cell there
+    (:class:`AgileCells`, Cell-guided tuning), when it has one, else still plain DP.
+    ``plans="dp"`` keeps plain DP everywhere. A device set measured out of memory (``-1``) or
+    not measured gives ``None`` (the artifact's simulator treats both as infeasible);
     :meth:`cells` lists them with ``iteration_time_s`` ``None``.
     """
 
-    def __init__(self, table: CriusTable | None = None) -> None:
+    def __init__(self, table: CriusTable | None = None, plans: str = "agile") -> None:
+        if plans not in ("agile", "dp"):
+            raise ConfigError(f"MeasuredCells: plans must be 'agile' or 'dp', got {plans!r}")
         self.table = builtin_crius() if table is None else table
+        self.plans = plans
         self._known = frozenset(normalise(m) for m in self.table.models())
         self._cell = lru_cache(maxsize=_CACHE)(self._measure)
 
@@ -183,8 +230,17 @@ class MeasuredCells:
 
     def _measure(self, model: str, batch: int, gpu_type: str, gpus: int) -> Cell:
         seconds = self.table.best_time_s(model, batch, gpu_type, gpus)
-        plan = plan_mapping(gpus, batch) if seconds is not None else _EMPTY
-        return Cell(gpu_type=gpu_type, gpus=gpus, stages=1, iteration_time_s=seconds, plan=plan)
+        if seconds is None:
+            return Cell(gpu_type=gpu_type, gpus=gpus, stages=1, iteration_time_s=None, plan=_EMPTY)
+        if self.plans == "agile" and not dp_fits(model, batch, gpu_type, gpus):
+            agile = shared_agile_cells()
+            name = normalise_model(model)
+            best = agile.best_cell_of(name, batch, gpu_type, gpus) if agile.knows(name) else None
+            if best is not None and best.plan:
+                return replace(best, iteration_time_s=seconds)
+        return Cell(
+            gpu_type=gpu_type, gpus=gpus, stages=1, iteration_time_s=seconds, plan=plan_mapping(gpus, batch)
+        )
 
     def best_cell(self, job: Job, gpu_type: str, gpus: int) -> Cell | None:
         if job.batch_size is None or gpus < 1:

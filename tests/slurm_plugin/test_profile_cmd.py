@@ -45,7 +45,7 @@ def main():
             list(pool.map(chunk, [20_000] * 8))
             step += 1
             rt.report(step, samples=step * 8, cpus=cpus, cores=sorted(os.sched_getaffinity(0)), ranks=ranks,
-                      plan_seen=os.environ.get("MOSAIC_EXEC_PLAN"))
+                      plan_seen=os.environ.get("MOSAIC_EXEC_PLAN"), slurm_job=os.environ.get("SLURM_JOB_ID"))
 
 
 main()
@@ -91,6 +91,7 @@ def test_local_profile_measures_the_cpu_curve_from_heartbeats_and_resumes(tmp_pa
         beats = records(tmp_path / "burn.json.runs" / f"cpu-{c}")
         # Each run was pinned to exactly its CPUs, and the curve is what its heartbeats say.
         assert {b["cpus"] for b in beats if b.get("event") == "heartbeat"} == {c}
+        assert {b["slurm_job"] for b in beats if b.get("event") == "heartbeat"} == {None}  # no Slurm here
         rate = throughput(beats, warmup=1)
         assert rate is not None and curve[str(c)] == pytest.approx(rate.samples_per_s, rel=1e-3)
     assert profiles_from_document(document)["burn"].sensitivity is not None

@@ -49,16 +49,19 @@ those are Alpa failures no monotone memory model reproduces, e.g. ``moe_2.4B`` f
 (Crius's table: other GPU counts, batches and types) is inverted: the ``eta`` at which this
 estimator reproduces it (``eta`` at most 1, the peak). The estimate for ``(model, batch,
 type, n)`` fits ``log eta`` to the model's points *other than that key* by weighted least
-squares, linear in ``log2 n`` and ``log2 batch`` (slopes ridge-regularised, ``RIDGE``), and
-reads it at ``(n, batch)`` (at the nearest edge of the points when outside them: no trend
-is extrapolated). Weights: ``2^-|log2 n'/n| x 2^-|log2 b'/b|``; a point of another
-GPU type counts ``OTHER_TYPE_WEIGHT`` (0.01: in effect only when the type has no point of
-its own) and is shifted by the family's typical ``log eta`` ratio between the two types,
-learnt from the family's *other* models. A model with no other point takes the family's
-other models' median ``eta`` on that type. So no estimate reads the table's value at the key
-it estimates. The two constants were chosen on this same table (grid ``RIDGE`` in {0.05, 0.2,
-0.5, 5} x ``OTHER_TYPE_WEIGHT`` in {0.001, 0.01, 0.05, 0.2, 1}; mean accuracy 0.79-0.90), a
-mild selection the accuracy benchmark (``benchmarks/crius_estimate.py``) reports with.
+squares, linear in ``log2 n`` and ``log2 batch``, and reads it at ``(n, batch)``. The slopes
+are the family's (fitted over the family's *other* models, each model and GPU type with its
+own intercept) plus the model's own deviation, ridge-regularised toward 0 (``RIDGE``) and
+not extrapolated beyond the model's points (the family's slopes are). Weights:
+``2^-|log2 n'/n| x 2^-|log2 b'/b|``; a point of another GPU type counts
+``OTHER_TYPE_WEIGHT`` (0.01: in effect only when the type has no point of its own) and is
+shifted by the family's typical ``log eta`` ratio between the two types, learnt from the
+family's *other* models. A model with no other point takes the family's other models'
+median ``eta`` on that type. So no estimate reads the table's value at the key it estimates.
+The two constants were chosen on this same table (grid ``RIDGE`` in {0.05, 0.2, 0.5, 5} x
+``OTHER_TYPE_WEIGHT`` in {0.001, 0.01, 0.05, 0.2, 1}, and with or without the family's
+slopes; mean accuracy 0.79-0.91), a mild selection the accuracy benchmark
+(``benchmarks/crius_estimate.py``) reports with.
 
 **Cell-guided tuning (§5.2).** The estimate's per-stage choices are the stages' favours;
 the plan space is cut at the half-hybrid point (``t = sqrt(k)``) to the favoured half (the
@@ -261,6 +264,7 @@ class AgileEstimator:
         self._costs = lru_cache(maxsize=8192)(self._stage_costs)
         self._point_etas = lru_cache(maxsize=None)(self._etas_of_points)
         self._type_level = lru_cache(maxsize=None)(self._family_type_level)
+        self._slopes = lru_cache(maxsize=None)(self._family_slopes)
         self._eta = lru_cache(maxsize=65536)(self._eta_at)
         self._estimate = lru_cache(maxsize=65536)(self._estimate_at)
 
@@ -451,6 +455,31 @@ class AgileEstimator:
         ]
         return median(values) if values else None
 
+    def _family_slopes(self, family: str, exclude: str) -> tuple[float, float]:
+        """How ``log eta`` moves with ``log2 n`` and ``log2 batch`` across the family's other
+        models: least squares over their points, each (model, GPU type) its own intercept."""
+        xs, ys = [], []
+        for name in self._points:
+            if name == exclude or family_of(name) != family:
+                continue
+            groups: dict[str, list[tuple[float, float, float]]] = {}
+            for r, eta in self._point_etas(name):
+                groups.setdefault(r.gpu_type, []).append(
+                    (math.log2(r.gpus), math.log2(r.batch_size), math.log(eta))
+                )
+            for rows in groups.values():
+                if len(rows) < 2:
+                    continue
+                a = np.asarray(rows)
+                a = a - a.mean(axis=0)
+                xs.append(a[:, :2])
+                ys.append(a[:, 2])
+        if not xs:
+            return 0.0, 0.0
+        x, y = np.concatenate(xs), np.concatenate(ys)
+        coef = np.linalg.solve(x.T @ x + 1e-6 * np.eye(2), x.T @ y)
+        return float(coef[0]), float(coef[1])
+
     def eta(self, model: str, batch: int, gpu_type: str, gpus: int) -> float | None:
         """The efficiency the estimate of ``(model, batch, gpu_type, gpus)`` uses (leave-one-out).
 
@@ -484,10 +513,13 @@ class AgileEstimator:
         if not rows or sum(weights) <= 0:
             return None if here is None else min(ETA_BOUNDS[1], math.exp(here))
         x, y, w = np.asarray(rows), np.asarray(values), np.asarray(weights)
+        # Slopes are the family's plus this model's own deviation (ridge-regularised toward 0).
+        slope_n, slope_b = self._slopes(family, model)
+        y = y - slope_n * x[:, 1] - slope_b * x[:, 2]
         gram = x.T @ (w[:, None] * x) + np.diag([0.0, RIDGE, RIDGE]) * w.sum()
         coef = np.linalg.solve(gram, x.T @ (w * y))
-        # Read the fit at the query, or at the nearest edge of the points when the query lies
-        # outside them: the trend is not extrapolated.
+        # Read the fit at the query; outside the model's points only the family's slopes carry
+        # the trend there, the model's own deviation is read at the nearest edge.
         at_n = min(max(0.0, x[:, 1].min()), x[:, 1].max())
         at_b = min(max(0.0, x[:, 2].min()), x[:, 2].max())
         log_eta = coef[0] + coef[1] * at_n + coef[2] * at_b

@@ -176,6 +176,19 @@ PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(
                 "reconfiguration": {"plans": False, "cpus": False, "guarantees": False},
             },
         ),
+        # Crius §8.1's baselines (planner/policies/baselines/), scheduling with data-parallel
+        # profiles (the jobs then run at their best plan's speed). Gandiva: FIFO on each job's
+        # requested type and count (heterogeneity-unaware), per-type queues, elastic jobs grow
+        # into idle GPUs of their node and shrink back for waiting jobs, and move for locality.
+        "gandiva": SchedulerConfig(name="gandiva", policy="fifo", preemptive=False, placement="gandiva"),
+        # Gavel (heterogeneity-aware, fixed GPU counts): max-min fairness over normalised
+        # throughput as an LP over time fractions per type (HiGHS), realised each round by
+        # Gavel's priorities (allocation / time received); -o policy.objective=max-throughput.
+        "gavel-het": SchedulerConfig(name="gavel-het", policy="gavel-het", placement="gavel-het"),
+        # ElasticFlow(-LS): deadline jobs admitted on their minimum satisfactory share (EDF),
+        # best-effort jobs after them, GPUs left to the largest marginal throughput gain; one
+        # GPU type per job (homogeneous pools).
+        "elasticflow": SchedulerConfig(name="elasticflow", policy="elasticflow", placement="elasticflow"),
         # AntMan (Rubick §7.1's multi-tenant baseline): guaranteed jobs within their tenant's
         # quota of requested GPUs first, best-effort jobs opportunistically, preempted first.
         "antman": SchedulerConfig(name="antman", policy="antman"),

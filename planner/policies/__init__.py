@@ -5,6 +5,7 @@ Importing this package registers every built-in component in the registries of
 """
 
 from planner.policies import (
+    baselines,
     basic,
     elastic,
     ftf,
@@ -19,6 +20,7 @@ from planner.policies import (
 )
 
 __all__ = [
+    "baselines",
     "basic",
     "elastic",
     "ftf",

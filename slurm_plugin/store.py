@@ -72,7 +72,7 @@ CREATE TABLE IF NOT EXISTS observations (   -- measured throughput of running jo
     time_s REAL NOT NULL,
     PRIMARY KEY (job_id, plan_version)  -- one point per run, updated while it runs
 );
-CREATE INDEX IF NOT EXISTS observations_by_shape ON observations (model, shape, time_s);
+CREATE INDEX IF NOT EXISTS observations_by_point ON observations (model, shape, cpus_per_gpu, time_s);
 """
 
 
@@ -272,7 +272,9 @@ class Store:
 
     def record_observations(self, points: Sequence[tuple[int, ObservedPoint]], keep: int) -> None:
         """Store each (plan version, point): one per run of a job, the newest replacing the
-        older; then only the ``keep`` newest of each (model, shape) are kept."""
+        older; then only the ``keep`` newest of each (model, shape, CPUs per GPU) are kept
+        (per CPU count: a curve needs its points at every count, however many runs one
+        count had)."""
         if not points:
             return
         rows = [
@@ -298,11 +300,12 @@ class Store:
                 "samples_per_s_per_gpu = excluded.samples_per_s_per_gpu, time_s = excluded.time_s",
                 rows,
             )
-            for model, shape in {(r[2], r[3]) for r in rows}:
+            for model, shape, cpus in {(r[2], r[3], r[4]) for r in rows}:
                 self.db.execute(
                     "DELETE FROM observations WHERE rowid IN (SELECT rowid FROM observations "
-                    "WHERE model = ? AND shape = ? ORDER BY time_s DESC, rowid DESC LIMIT -1 OFFSET ?)",
-                    (model, shape, keep),
+                    "WHERE model = ? AND shape = ? AND cpus_per_gpu = ? "
+                    "ORDER BY time_s DESC, rowid DESC LIMIT -1 OFFSET ?)",
+                    (model, shape, cpus, keep),
                 )
 
     def observations(self) -> list[ObservedPoint]:

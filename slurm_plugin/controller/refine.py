@@ -4,8 +4,8 @@ Each tick, before planning, the controller reads every running managed job's new
 heartbeats (``<spool>/status/<job id>/heartbeat.jsonl``, :mod:`wrapper.status`): the
 ``samples_per_s`` a job reports at the allocation it holds now (GPU type and count, CPUs
 and memory per GPU, execution plan). It keeps one :class:`~profiles.observed.ObservedPoint`
-per run of a job (job id, plan version) in the state store, the newest ``keep`` per model
-and shape, so a controller restart keeps them; then builds the scheduler for this round
+per run of a job (job id, plan version) in the state store, the newest ``keep`` per model,
+shape and CPU count, so a controller restart keeps them; then builds the scheduler for this round
 on a :class:`~profiles.store.ProfileStore` refined by every stored point
 (:func:`profiles.observed.refine_store`). The planner stays pure: it only ever sees a
 profile store.
@@ -20,7 +20,8 @@ sharing their GPUs are skipped (the rate then measures the pair, not the allocat
 Heartbeats are written by the job, in a directory the job owns: they are untrusted. A
 status directory that is a link, not a directory, or (when ``owner_uid`` tells the job's
 user) owned by someone else is ignored; only the last :data:`TAIL_BYTES` of the file are
-read (never a FIFO or a device, :func:`wrapper.status.read_job_file`); lines that are not
+read (never a FIFO or a device, :func:`wrapper.status.read_job_file`) and, from its end,
+at most :data:`MAX_LINES` lines parsed (:func:`newest_run_records`); lines that are not
 JSON objects, and rates that are not positive finite numbers or exceed
 :data:`MAX_SAMPLES_PER_S`, are skipped. Each such problem is logged once per job run; none
 fails the tick.
@@ -32,7 +33,7 @@ import logging
 import math
 import stat
 import statistics
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +52,13 @@ from wrapper import status
 log = logging.getLogger(__name__)
 
 KEEP_PER_SHAPE = 16
-"""Observations kept per (model, shape): the newest runs' rates."""
+"""Observations kept per (model, shape, CPUs per GPU): the newest runs' rates."""
 HEARTBEATS_USED = 5
 """The newest rated heartbeats of a run whose median is its rate."""
 TAIL_BYTES = 64 << 10
 """How much of the end of a heartbeat log is read (a heartbeat is a few hundred bytes)."""
+MAX_LINES = 64
+"""The most lines of a heartbeat log parsed per job and tick (from the end)."""
 MAX_SAMPLES_PER_S = 1e9
 """A rate above this is not a measurement (a billion samples per second)."""
 
@@ -64,12 +67,13 @@ class HeartbeatError(InputError):
     """A job's status directory cannot be trusted (names the directory)."""
 
 
-def read_heartbeat_tail(spool: str | Path, job_id: str, owner_uid: int | None = None) -> list[dict[str, Any]]:
-    """The JSON-object lines at the end of the job's heartbeat log, oldest first.
+def read_heartbeat_lines(spool: str | Path, job_id: str, owner_uid: int | None = None) -> list[bytes]:
+    """The whole lines at the end of the job's heartbeat log (the last :data:`TAIL_BYTES`),
+    oldest first.
 
     Raises :class:`HeartbeatError` (an :class:`InputError`) for a job id that cannot name a
     directory, a status path that is not a directory (a link included) or, with
-    ``owner_uid``, a directory another user owns. No directory, no file: no records.
+    ``owner_uid``, a directory another user owns. No directory, no file: no lines.
     """
     try:
         directory = status.status_dir(spool, job_id)
@@ -85,22 +89,47 @@ def read_heartbeat_tail(spool: str | Path, job_id: str, owner_uid: int | None = 
         raise HeartbeatError(f"{directory}: not a directory")
     if owner_uid is not None and info.st_uid != owner_uid:
         raise HeartbeatError(f"{directory}: owned by uid {info.st_uid}, not the job's user {owner_uid}")
-    path = directory / status.HEARTBEATS
-    data = status.read_job_file(path, TAIL_BYTES)
+    data = status.read_job_file(directory / status.HEARTBEATS, TAIL_BYTES)
     if data is None:
         return []
     lines = data.splitlines()
-    if len(data) >= TAIL_BYTES and lines:
-        lines = lines[1:]  # the tail starts inside a line
-    records = []
-    for raw in lines:
+    return lines[1:] if len(data) >= TAIL_BYTES else lines  # the tail starts inside a line
+
+
+def newest_run_records(lines: Sequence[bytes], plan_version: int) -> list[dict[str, Any]]:
+    """The JSON-object records at the end of ``lines`` that may belong to the run
+    ``plan_version``, oldest first; pure.
+
+    Read from the end, and only as far as needed: at most :data:`MAX_LINES` lines, up to a
+    record of an earlier run (a lower ``plan_version``), or once :data:`HEARTBEATS_USED`
+    + 1 heartbeats of this run with a ``samples_per_s`` are in (then the oldest of them,
+    which :func:`run_rate` skips as if it were the run's first, is not among the newest
+    :data:`HEARTBEATS_USED` anyway). Parsing every line of every job's log each tick would
+    cost more than the rest of the tick.
+    """
+    out: list[dict[str, Any]] = []
+    rated = 0
+    for raw in reversed(lines[-MAX_LINES:]):
         try:
             record = loads_json(raw)
         except ValueError:
             continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
+        if not isinstance(record, dict):
+            continue
+        version = record.get("plan_version")
+        if isinstance(version, int) and not isinstance(version, bool) and version < plan_version:
+            break
+        out.append(record)
+        if (
+            record.get("event") == "heartbeat"
+            and version == plan_version
+            and record.get("samples_per_s") is not None
+        ):
+            rated += 1
+            if rated > HEARTBEATS_USED:
+                break
+    out.reverse()
+    return out
 
 
 def _number(value: Any) -> float | None:
@@ -218,10 +247,11 @@ class Refiner:
         if len(types) != 1 or None in types:
             return None
         try:
-            records = read_heartbeat_tail(self.spool, sj.id, self.owner_uid(sj))
+            lines = read_heartbeat_lines(self.spool, sj.id, self.owner_uid(sj))
         except HeartbeatError as e:
             self._log_once(sj.id, version, "status", "job %s: heartbeats ignored: %s", sj.id, e)
             return None
+        records = newest_run_records(lines, version)
         rate, bad = run_rate(records, version, sj.start_time)
         if bad:
             self._log_once(

@@ -416,9 +416,9 @@ def _heartbeat_rates(data: bytes) -> None:
     from slurm_plugin.controller import refine
 
     def use(spool: Path) -> None:
-        records = refine.read_heartbeat_tail(spool, "42")
+        records = refine.newest_run_records(refine.read_heartbeat_lines(spool, "42"), 1)
         if not all(isinstance(r, dict) for r in records):
-            raise Bug("read_heartbeat_tail returned a non-dict record")
+            raise Bug("newest_run_records returned a non-dict record")
         rate, bad = refine.run_rate(records, 1, 1700000000.0)
         if rate is not None and not 0 < rate <= refine.MAX_SAMPLES_PER_S:
             raise Bug(f"run_rate gave {rate}")

@@ -17,10 +17,12 @@ from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.loop import Controller
 from slurm_plugin.controller.observe import first_sight_meta
 from slurm_plugin.controller.refine import (
+    MAX_LINES,
     TAIL_BYTES,
     HeartbeatError,
     Refiner,
-    read_heartbeat_tail,
+    newest_run_records,
+    read_heartbeat_lines,
     run_rate,
 )
 from slurm_plugin.directives import encode_comment
@@ -201,12 +203,29 @@ def test_bad_heartbeats_are_ignored_with_one_log_line(config: ControllerConfig, 
 
 def test_a_status_directory_of_another_user_is_refused(tmp_path: Path) -> None:
     _beats(tmp_path, "7", 1, [None, 1.0, 2.0])
-    assert len(read_heartbeat_tail(tmp_path, "7", owner_uid=os.getuid())) == 3
+    assert len(read_heartbeat_lines(tmp_path, "7", owner_uid=os.getuid())) == 3
     with pytest.raises(HeartbeatError, match="owned by uid"):
-        read_heartbeat_tail(tmp_path, "7", owner_uid=os.getuid() + 1)
+        read_heartbeat_lines(tmp_path, "7", owner_uid=os.getuid() + 1)
     with pytest.raises(HeartbeatError, match="cannot name"):
-        read_heartbeat_tail(tmp_path, "../7")
-    assert read_heartbeat_tail(tmp_path, "8") == []
+        read_heartbeat_lines(tmp_path, "../7")
+    assert read_heartbeat_lines(tmp_path, "8") == []
+
+
+def test_only_the_end_of_a_log_is_parsed() -> None:
+    def line(version: object, rate: object, event: str = "heartbeat") -> bytes:
+        return json.dumps(
+            {"event": event, "plan_version": version, "time": 1, "samples_per_s": rate}
+        ).encode()
+
+    # The current run (3) from its start: every record, its first rate included.
+    lines = [line(2, 5.0), line(2, 5.0), line(3, None, "start"), line(3, None), line(3, 9.0), line(3, 1.0)]
+    assert [r["samples_per_s"] for r in newest_run_records(lines, 3)] == [None, None, 9.0, 1.0]
+    # A long run: its newest six rates (the oldest of them then skipped as if it were the first).
+    lines = [line(3, float(k)) for k in range(40)] + [b"not json", b"[]"]
+    assert [r["samples_per_s"] for r in newest_run_records(lines, 3)] == [34.0, 35.0, 36.0, 37.0, 38.0, 39.0]
+    assert run_rate(newest_run_records(lines, 3), 3, None) == (37.0, 0)
+    # Lines without a rate: never more than MAX_LINES parsed.
+    assert len(newest_run_records([line(3, None)] * (3 * MAX_LINES), 3)) == MAX_LINES
 
 
 def test_run_rate_uses_the_current_run_only() -> None:
@@ -252,7 +271,7 @@ def test_mosaic_profiles_shows_each_block_source(tmp_path: Path, capsys: pytest.
     assert "demand from the matrix (5 % tolerance): 4 CPUs" in after
 
 
-def test_the_store_keeps_the_newest_points_per_model_and_shape(tmp_path: Path) -> None:
+def test_the_store_keeps_the_newest_points_per_model_shape_and_cpus(tmp_path: Path) -> None:
     from profiles.observed import ObservedPoint, Shape
 
     store = Store(tmp_path / "mosaic.db")
@@ -266,3 +285,12 @@ def test_the_store_keeps_the_newest_points_per_model_and_shape(tmp_path: Path) -
     store.record_observations([(1, ObservedPoint("m", a, 4, 10, 7.0, 9.0, job_id="a4"))], keep=3)
     assert [p.samples_per_s_per_gpu for p in store.observations() if p.job_id == "a4"] == [7.0]
     assert len(store.observations()) == 4
+    # Newer runs at another CPU count do not push out the only points of this one.
+    store.record_observations(
+        [(1, ObservedPoint("m", a, 9, 10, 1.0, 100.0 + k, job_id=f"c{k}")) for k in range(5)], keep=3
+    )
+    assert sorted(p.job_id for p in store.observations() if p.shape == a and p.cpus_per_gpu == 4) == [
+        "a2",
+        "a3",
+        "a4",
+    ]

@@ -4,7 +4,7 @@
   :class:`profiles.perfmodel.agile.AgileEstimator`: per stage count, the Fig. 7 stage
   partition, DP-only / TP-only stage times, interpolated communication, the best of the
   ``2^S`` assembled plans, a memory check per stage; the Cell's plan is the Cell-guided
-  tuning of §5.2 (:func:`profiles.perfmodel.agile.tuned_plan`).
+  tuning of §5.2 (:meth:`profiles.perfmodel.agile.AgileEstimator.tuned`).
 * :class:`MeasuredCells`: the measured best-plan table (``CriusTable``) as an oracle, for
   ablations: one Cell per GPU type and count, its time the measured best plan's; the table
   does not record the plan, so the plan is plain data parallelism where a data-parallel

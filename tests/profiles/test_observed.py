@@ -84,6 +84,7 @@ def test_observations_that_agree_with_the_prior_change_nothing(prior, scale, dat
 @given(prior_curves, st.lists(st.floats(0.1, 1e3), min_size=2, max_size=4), st.data())
 def test_the_corrected_curve_goes_through_the_observed_ratios(prior, rates, data) -> None:
     cpus = [float(c) for c in range(1, len(prior) + 1)]
+    rates = rates[: len(cpus)]  # at most one rate per CPU count
     chosen = sorted(
         data.draw(st.lists(st.sampled_from(cpus), min_size=len(rates), max_size=len(rates), unique=True))
     )

@@ -141,6 +141,7 @@ class RubickAllocation:
             return draft
         work = _Work(self, snapshot, ordered, draft, curves)
         if self.resources:
+            work.restore_guarantees()
             work.admit_waiting()
             work.grow()
         work.settle()
@@ -363,6 +364,68 @@ class _Work:
             current[donor_id] = target
         return [(j, g) for j, g in current.items() if g != self.assignments[j].num_gpus]
 
+    # -- step 0: guarantees ------------------------------------------------------------
+    def restore_guarantees(self) -> None:
+        """A privileged job drafted on GPUs where no plan reaches its target (an elastic job the
+        last rounds shrank) takes back GPUs on its nodes from lower-ranked best-effort jobs,
+        lowest first, and grows until it meets its target (§5.1: the guarantee holds throughout
+        its execution; best-effort jobs are preempted first)."""
+        for job in self.ordered:
+            if not job.elastic or job.id not in self.assignments or not self._below_guarantee(job):
+                continue
+            need = self._guarantee_count(job)
+            if need is None:
+                continue
+            a = self.assignments[job.id]
+            per_node = need // len(a.nodes) if need % len(a.nodes) == 0 else None
+            if per_node is None:
+                continue
+            short = {n: per_node - c - len(self.free.gpus[n]) for n, c in a.per_node}
+            victims = sorted(
+                (
+                    other
+                    for other, b in self.assignments.items()
+                    if other not in self.privileged
+                    and self.rank.get(other, -1) > self.rank[job.id]
+                    and any(n in short for n in b.nodes)
+                ),
+                key=lambda other: -self.rank[other],
+            )
+            evicted: list[str] = []
+            for other in victims:
+                if all(v <= 0 for v in short.values()):
+                    break
+                b = self.assignments[other]
+                if not any(short.get(n, 0) > 0 for n in b.nodes):
+                    continue
+                for n, c in b.per_node:
+                    if n in short:
+                        short[n] -= c
+                evicted.append(other)
+            if any(v > 0 for v in short.values()):
+                continue  # even evicting every best-effort job there would not be enough
+            for other in evicted:
+                b = self.assignments.pop(other)
+                self.free.give(b.gpus)
+                self.outcomes[other] = Outcome.NO_CAPACITY
+                self._donors = None
+                self._lowest = None
+                self._version += 1
+            grown = self._grow(job, a)
+            if grown is not None:
+                self.assignments[job.id] = grown
+                self.changed.add(job.id)
+
+    def _guarantee_count(self, job: Job) -> int | None:
+        """The fewest GPUs (on the job's node count) whose best plan meets its target."""
+        curve = self.curves[job.id]
+        assert curve is not None
+        nodes = len(self.assignments[job.id].nodes)
+        for g in range(self.assignments[job.id].num_gpus + 1, job.gpu_range[1] + 1):
+            if g % nodes == 0 and self._meets(job, curve.best(g, nodes)):
+                return g
+        return None
+
     # -- step 2: growth -----------------------------------------------------------------
     def grow(self) -> None:
         placed = [
@@ -371,17 +434,41 @@ class _Work:
             if j.elastic and j.id in self.assignments and self.curves[j.id] is not None
         ]
 
-        def key(job: Job) -> tuple[float, int]:
+        below = {j.id for j in placed if self._below_guarantee(j)}
+
+        def key(job: Job) -> tuple[bool, float, int]:
             a = self.assignments[job.id]
-            return (-self._next_slope(job, a.num_gpus), self.rank[job.id])
+            return (job.id not in below, -self._next_slope(job, a.num_gpus), self.rank[job.id])
 
         for job in sorted(placed, key=key):
-            if job.id not in self.changed and not self.stage._may(job):
+            # A privileged job below its guarantee grows back whatever the restart costs: the
+            # guarantee holds "throughout its execution" (§5.1), the restart rule (§5.3) is for
+            # best-effort gains.
+            if job.id not in below and not self._relaunching(job) and not self.stage._may(job):
                 continue
             grown = self._grow(job, self.assignments[job.id])
             if grown is not None:
                 self.assignments[job.id] = grown
                 self.changed.add(job.id)
+
+    def _below_guarantee(self, job: Job) -> bool:
+        """A privileged job whose best plan on its drafted GPUs misses its target."""
+        if job.id not in self.privileged:
+            return False
+        a = self.assignments[job.id]
+        curve = self.curves[job.id]
+        return curve is not None and not self._meets(job, curve.best(a.num_gpus, len(a.nodes)))
+
+    def _relaunching(self, job: Job) -> bool:
+        """The job restarts this round whatever this stage does (new, or on other GPUs than it
+        runs on), so growing it adds no restart to pay for."""
+        old = job.assignment
+        return (
+            job.id in self.changed
+            or not job.is_running
+            or old is None
+            or old.gpus != self.assignments[job.id].gpus
+        )
 
     def _next_slope(self, job: Job, gpus: int) -> float:
         curve = self.curves[job.id]

@@ -288,7 +288,7 @@ def job_curve(
     The plan space, with ``search_plans``: the job's ``candidate_plans`` (and its own plan) when
     it lists some; otherwise, for an elastic job, every candidate of :mod:`.plans` (Rubick's
     search); a rigid job without candidates keeps its own plan (the stage contract). Without
-    ``search_plans`` every job keeps its own plan, rescaled to its GPU count.
+    ``search_plans`` every job keeps its submitted plan, made for each GPU count.
     """
     plan = job.assignment.plan if job.assignment is not None and job.assignment.plan else job.plan
     batch = job.batch_size
@@ -298,7 +298,10 @@ def job_curve(
         return None
     submitted = given(job.plan)
     if not search_plans:
-        space = given(plan)
+        # The submitted plan made afresh for each count, not the running plan rescaled: a
+        # rescaled plan keeps the micro-batch of the count it came from, so the curve (and the
+        # ranking by its slope) would depend on where the job ran last round.
+        space = submitted
     elif job.candidate_plans:
         space = given(job.plan, *job.candidate_plans)
     elif job.elastic:

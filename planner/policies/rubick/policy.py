@@ -26,7 +26,7 @@ A guaranteed job of a tenant without a quota is scheduled as best-effort.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, ClassVar, Self
 
@@ -38,6 +38,8 @@ from planner.stages import ORDERINGS
 from profiles.plan_pricing import builtin_pricer
 
 DEFAULT_STARVATION_S = 3600.0
+# ``policy_state`` key: the job was privileged (within its tenant's quota) when last planned.
+PRIVILEGED = "privileged"
 
 
 @lru_cache(maxsize=1)
@@ -60,7 +62,7 @@ def privileged(jobs: Iterable[Job], quotas: Mapping[str, int], usage: Callable[[
     used: dict[str, int] = {}
     out: set[str] = set()
     candidates = [j for j in jobs if j.guaranteed and j.tenant is not None and j.tenant in quotas]
-    for job in sorted(candidates, key=running_first):
+    for job in sorted(candidates, key=holders_first):
         assert job.tenant is not None
         need = usage(job)
         if used.get(job.tenant, 0) + need <= quotas[job.tenant]:
@@ -71,6 +73,30 @@ def privileged(jobs: Iterable[Job], quotas: Mapping[str, int], usage: Callable[[
 
 def running_first(job: Job) -> tuple[bool, tuple[float, tuple[int, int, str]]]:
     return (not job.is_running, arrival_key(job))
+
+
+def holds_privilege(job: Job) -> bool:
+    """A running job that was privileged when the previous round planned it keeps its place
+    in the quota: the guarantee holds "throughout its execution" (Rubick §5.1). Without this,
+    a guaranteed job that started beyond the quota (while GPUs were free) but arrived earlier
+    would take the quota from one already running within it, and the plan would oscillate."""
+    return job.is_running and bool((job.policy_state or {}).get(PRIVILEGED))
+
+
+def holders_first(job: Job) -> tuple[bool, bool, tuple[float, tuple[int, int, str]]]:
+    return (not holds_privilege(job), not job.is_running, arrival_key(job))
+
+
+def with_privilege(jobs: Sequence[Job], chosen: set[str]) -> list[Job]:
+    """``jobs`` with ``policy_state`` recording whether each was privileged this round
+    (unchanged objects where the record already says so)."""
+    out = []
+    for job in jobs:
+        flag = job.id in chosen
+        if bool((job.policy_state or {}).get(PRIVILEGED)) != flag:
+            job = replace(job, policy_state={**(job.policy_state or {}), PRIVILEGED: flag})  # noqa: PLW2901
+        out.append(job)
+    return out
 
 
 def rubick_usage(curves: Mapping[str, JobCurve | None]) -> Callable[[Job], int]:
@@ -139,7 +165,7 @@ class RubickOrdering:
             return (-curve.gpu_slope(job.num_gpus), -curve.cpu_slope(job.num_gpus), arrival_key(job))
 
         rest = sorted((j for j in snapshot.jobs if j.id not in early), key=slope_key)
-        return first + starving + rest
+        return with_privilege(first + starving + rest, chosen)
 
 
 @ORDERINGS.register("antman")
@@ -158,4 +184,5 @@ class AntManOrdering:
     def order(self, snapshot: Snapshot) -> Sequence[Job]:
         chosen = privileged(snapshot.jobs, self.quotas, lambda j: j.num_gpus)
         first = sorted((j for j in snapshot.jobs if j.id in chosen), key=running_first)
-        return first + sorted((j for j in snapshot.jobs if j.id not in chosen), key=arrival_key)
+        rest = sorted((j for j in snapshot.jobs if j.id not in chosen), key=arrival_key)
+        return with_privilege(first + rest, chosen)

@@ -15,7 +15,9 @@ started last (their ``plan_version`` is the job's current one in the state store
 after Slurm started the job, with a finite positive ``samples_per_s``; the first rated
 one of a run is skipped (it spans start-up: imports, data loader warm-up, compilation),
 and of the rest the median of the newest :data:`HEARTBEATS_USED` is the run's rate. Jobs
-sharing their GPUs are skipped (the rate then measures the pair, not the allocation).
+sharing their GPUs are skipped (the rate then measures the pair, not the allocation), and
+so are jobs that name no model (``#MOSAIC --model``): black boxes scheduled under the
+default model name are different programs, whose rates must not make one curve.
 
 Heartbeats are written by the job, in a directory the job owns: they are untrusted. A
 status directory that is a link, not a directory, or (when ``owner_uid`` tells the job's
@@ -232,6 +234,8 @@ class Refiner:
             record = self.store.job(job_id)
             if job is None or record is None or record.plan_version < 1:
                 continue
+            if not isinstance((record.meta or {}).get("model"), str):
+                continue  # no #MOSAIC --model: a black box, whose rate says nothing about others
             point = self._point(sj, job, record.plan_version, gpu_types)
             if point is not None:
                 out.append((record.plan_version, point))

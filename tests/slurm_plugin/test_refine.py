@@ -153,6 +153,21 @@ def test_observations_survive_a_controller_restart(config: ControllerConfig) -> 
     ]
 
 
+def test_jobs_without_a_model_are_not_observed(config: ControllerConfig) -> None:
+    """Black-box jobs (no #MOSAIC --model) share the default model name, not a program."""
+    running = [
+        replace(_job("11", "RUNNING", 4, gpu=0), comment=""),
+        replace(_job("12", "RUNNING", 9, gpu=1), comment=""),
+    ]
+    slurm = Cluster([*running, _job("13", "PENDING", 4)])
+    store = Store(config.store_path)
+    _known(store, *running)
+    _beats(config.spool_dir, "11", 1, [None, 200.0, 200.0])
+    _beats(config.spool_dir, "12", 1, [None, 200.0, 200.0])
+    assert _controller(config, slurm, store, refine=True).tick().ok
+    assert store.observations() == []
+
+
 def test_a_sensitive_curve_that_holds_keeps_its_cpus(config: ControllerConfig) -> None:
     """Heartbeats that confirm the prior (2.4 / 1.3 = 1.85x from 4 to 9 CPUs per GPU) change nothing."""
     running = [_job("11", "RUNNING", 4, gpu=0), _job("12", "RUNNING", 9, gpu=1)]

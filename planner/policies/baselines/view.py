@@ -12,9 +12,11 @@ plan would run. Once placed, a job runs at its best plan's speed (the simulator'
 :class:`DpView` answers ``throughput(job, gpu_type, gpus)`` in samples per second:
 
 * a model in Crius's table (:mod:`profiles.perfmodel.crius`): global batch over the measured
-  best-plan time at that type and count (consolidated layout, as the artifact looks it up),
-  0 where it was not measured, does not fit under any plan, or (``dp_check``) a
-  data-parallel replica does not fit;
+  best-plan time at that type and count, looked up as the artifact does (consolidated layout;
+  an unmeasured shape borrows the next larger measured size of the family, 1.8x faster per
+  step; :func:`planner.traces.crius.iteration_time`, which made the Crius traces' durations),
+  0 where nothing is found, it does not fit under any plan, or (``dp_check``) a data-parallel
+  replica does not fit;
 * any other model: the profile store's estimate, Gavel's measured per-type throughput
   ratio (:func:`profiles.speed.gpu_type_factor`) times the fitted data-parallel scaling
   (:class:`profiles.scaling.ScalingModel`; linear without data). Units differ between
@@ -26,6 +28,7 @@ Pure and memoised per instance (one instance per stage).
 from __future__ import annotations
 
 from planner.model import Job
+from planner.traces.crius import iteration_time, split_model
 from profiles.perfmodel.crius import CriusTable, builtin_crius
 from profiles.perfmodel.dp_memory import DpMemory, builtin_dp_memory
 from profiles.scaling import ScalingModel
@@ -64,7 +67,7 @@ class DpView:
         if self.table.knows(job.model):
             if job.batch_size is None:
                 return 0.0
-            seconds = self.table.best_time_s(job.model, job.batch_size, gpu_type, gpus)
+            seconds = self._best_time_s(job.model, job.batch_size, gpu_type, gpus)
             if seconds is None or seconds <= 0:
                 return 0.0
             if dp_check and self.memory.fits(job.model, job.batch_size, gpu_type, gpus) is False:
@@ -75,6 +78,16 @@ class DpView:
             profile, gpu_type=gpu_type, reference_type=job.gpu_type, num_gpus=job.num_gpus, batch_size=None
         )
         return factor * self.scaling.throughput(job.model, gpu_type, job.batch_size, gpus)
+
+    def _best_time_s(self, model: str, batch: int, gpu_type: str, gpus: int) -> float | None:
+        """The best-plan time as the artifact looks it up (:func:`planner.traces.crius.iteration_time`:
+        consolidated layout; an unmeasured shape takes the next larger measured model size of the
+        family, 1.8x faster per size step), as the Crius traces' durations were made."""
+        split = split_model(model)
+        if split is None:
+            return self.table.best_time_s(model, batch, gpu_type, gpus)
+        found = iteration_time(self.table, split[0], split[1], batch, gpu_type, gpus)
+        return None if found is None else found.time_s
 
     def feasible(self, job: Job, gpu_type: str, gpus: int, *, dp_check: bool = True) -> bool:
         return self.throughput(job, gpu_type, gpus, dp_check=dp_check) > 0

@@ -302,10 +302,7 @@ class GavelHetPlacement:
             return usable
         now = snapshot.time_s
         ranked = sorted(usable, key=lambda t: (-state.priority(t, now), -state.x.get(t, 0.0)))
-        if state.chosen in ranked:
-            ranked.remove(state.chosen)
-            ranked.insert(0, state.chosen)
-        return ranked
+        return sorted(ranked, key=lambda t: t != state.chosen)  # the chosen type first (stable)
 
     def place(self, snapshot: Snapshot, ordered: Sequence[Job]) -> Draft:
         states = {j.id: _Round.of(j) for j in ordered}

@@ -70,7 +70,7 @@ class Target:
 
     label: str  # the script path or ``example:NAME``
     model: str
-    command: Callable[[int, bool], list[str]]  # (cpus, under mosaic-run) -> argv
+    command: Callable[[int, PlanSample | None], list[str]]  # (cpus, plan sample) -> argv
     identity: Mapping[str, Any]
     framework: str = "torch"
     global_batch: int | None = None
@@ -92,7 +92,7 @@ def script_target(path: str | Path) -> Target:
     return Target(
         label=str(p),
         model=str(meta.get("model") or p.stem),
-        command=lambda cpus, managed: ["bash", str(absolute)],
+        command=lambda cpus, sample: ["bash", str(absolute)],
         identity={"script": str(absolute), "sha256": hashlib.sha256(text.encode()).hexdigest()},
         framework=str(meta.get("framework") or "torch"),
         global_batch=meta.get("batch_size"),
@@ -132,15 +132,24 @@ def example_target(name: str, steps: int, data_dir: Path | None = None) -> Targe
     return Target(
         label=f"example:{name}",
         model=name,
-        command=lambda cpus, managed: examples.example_command(
-            name, cpus, steps, local=not managed, data_dir=data_dir
-        ),
+        command=lambda cpus, sample: _example_argv(name, cpus, steps, data_dir, sample),
         identity={"example": name, "steps": steps},
         global_batch=example.batch,
         prepare=examples.prepare_command(name, data_dir),
         data_dir=data_dir,
         task="image" if example.cpu_sensitive else "language",
     )
+
+
+def _example_argv(
+    name: str, cpus: int, steps: int, data_dir: Path | None, sample: PlanSample | None
+) -> list[str]:
+    """A CPU run: the script plainly on ``cpus``. A plan sample: under ``mosaic-run`` (which
+    reads the profiler's plan file and starts the ranks), each rank on ``--threads``."""
+    if sample is None:
+        return examples.example_command(name, cpus, steps, local=True, data_dir=data_dir)
+    extra = ("--threads", str(sample.threads))
+    return examples.example_command(name, cpus, steps, local=False, data_dir=data_dir, extra_args=extra)
 
 
 def target_from(spec: str, steps: int, data_dir: Path | None = None) -> Target:
@@ -249,7 +258,7 @@ class LocalLauncher:
             "SLURM_CPUS_ON_NODE": str(setup.cpus),
             "SLURM_SUBMIT_DIR": os.getcwd(),
         }
-        argv = setup.target.command(setup.cpus, setup.sample is not None)
+        argv = setup.target.command(setup.cpus, setup.sample)
         # No Slurm job around a local run: a profiler started inside one must not make
         # mosaic-run launch with srun or read that job's plan file.
         clean = {k: v for k, v in os.environ.items() if k not in {"SLURM_JOB_ID", "SLURM_JOBID"}}
@@ -304,7 +313,7 @@ class SrunLauncher:
         task = [self.python, "-m", "slurm_plugin.profile_task", "--cpus", str(setup.cpus)]
         if setup.sample is not None:
             task.append("--local-ranks")
-        argv += ["--", *task, "--", *setup.target.command(setup.cpus, setup.sample is not None)]
+        argv += ["--", *task, "--", *setup.target.command(setup.cpus, setup.sample)]
         return _popen(argv, {**self.slurm_env, **setup.environment()}, output)
 
     def cleanup(self, setup: RunSetup) -> None:

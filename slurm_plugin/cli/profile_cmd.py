@@ -20,6 +20,7 @@ import argparse
 import json
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -276,7 +277,7 @@ def run_profile(args: argparse.Namespace) -> int:
     launcher.check_cpus(cpus)
     global_batch = args.global_batch or target.global_batch
     if global_batch != target.global_batch:
-        target = profiler.Target(**{**target.__dict__, "global_batch": global_batch})
+        target = replace(target, global_batch=global_batch)
     framework = args.framework or target.framework
     samples: tuple[PlanSample, ...] = ()
     shape = None

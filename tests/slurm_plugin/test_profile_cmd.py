@@ -213,3 +213,26 @@ def test_bad_input_is_one_clear_error(tmp_path, capsys):
     assert "unknown example 'nope'" in capsys.readouterr().err
     assert profile(str(failing), "--local", "--plans", "--out", out) == 2
     assert "--plans needs --model-shape" in capsys.readouterr().err
+
+
+def test_an_example_runs_plainly_for_the_cpu_search_and_under_mosaic_run_for_a_plan_sample():
+    from profiles.profiler.runs import PlanSample
+    from slurm_plugin.profiler import example_target
+
+    target = example_target("text-transformer", steps=50)
+    plain = target.command(2, None)
+    assert "mosaic-run" not in " ".join(plain) and plain[plain.index("--cpus") + 1] == "2"
+    sampled = target.command(2, PlanSample(2, 1))
+    assert Path(sampled[0]).name == "mosaic-run" and sampled[sampled.index("--threads") + 1] == "1"
+    assert target.task == "language" and target.global_batch is not None
+
+
+def test_a_real_example_is_profiled(tmp_path, capsys):
+    out = tmp_path / "text.json"
+    fast = ["--run-s", "2", "--heartbeat-s", "0.5"]
+    args = ["--example", "text-transformer", "--local", "--cpus", "1", *fast, "--out", str(out), "--json"]
+    code = profile(*args)
+    assert code == 0
+    entry = json.loads(out.read_text())["models"]["text-transformer"]
+    assert entry["task"] == "language" and entry["batch_size"] == 16
+    assert entry["optimistic"]["cpu_samples_per_s"]["1"] > 0

@@ -157,7 +157,8 @@ def test_default_samples_are_seven_with_three_zero_offload_for_deepspeed() -> No
     assert all(s.cpus <= 2 for s in ds)
     torch = default_plan_samples(2, offload=False)
     assert len({s.label for s in torch}) == 7 and not any(s.plan.zero_stage for s in torch)
-    with pytest.raises(ProfileError, match="only 5 default plan samples fit in 1 CPU"):
+    assert not any(s.plan.activation_checkpointing for s in torch)  # not every script does it
+    with pytest.raises(ProfileError, match="only 4 default plan samples fit in 1 CPU"):
         default_plan_samples(1, offload=False)
 
 

@@ -137,7 +137,7 @@ def test_plan_samples_run_under_each_plan_and_are_fitted(tmp_path, capsys):
     assert perf["format"] == "mosaic-perfmodel/1" and perf["models"]["burn"]["samples"] == 7
     runs = tmp_path / "plans.json.runs"
     two_ranks = [d for d in runs.iterdir() if d.name.startswith("plan-r2t1")]
-    assert len(two_ranks) == 3  # dp, grad_accum=2 and activation checkpointing on two ranks
+    assert len(two_ranks) == 3  # dp, grad_accum=2 and grad_accum=4 on two ranks
     for d in two_ranks:
         beat = [b for b in records(d) if b.get("event") == "heartbeat"][-1]
         assert beat["ranks"] == 2 and json.loads(str(beat["plan_seen"]))["dp"] == 2

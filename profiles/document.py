@@ -12,7 +12,7 @@ from typing import Any
 
 from planner.errors import ProfileError
 from planner.fields import Fields, json_document
-from profiles.optimistic import CacheModel, optimistic_matrix
+from profiles.optimistic import CacheModel, OptimisticProfile
 from profiles.schema import ColocationEntry, Profile, SensitivityMatrix, ThroughputKey, plan_key
 
 FORMAT = "mosaic-profiles/1"
@@ -81,12 +81,13 @@ def _profile(name: str, raw: Any, where: str) -> Profile:
     if raw_sens is not None:
         sensitivity = _sensitivity(Fields(raw_sens, f"{where}: sensitivity", ProfileError))
     raw_optimistic = f.opt_object("optimistic")
+    optimistic = None
     if raw_optimistic is not None:
         if sensitivity is not None:
             f.fail_key(
                 "optimistic", "give either 'sensitivity' (a measured matrix) or 'optimistic', not both"
             )
-        sensitivity = _optimistic(Fields(raw_optimistic, f"{where}: optimistic", ProfileError))
+        optimistic, sensitivity = _optimistic(Fields(raw_optimistic, f"{where}: optimistic", ProfileError))
     colocation = []
     for i, pair in enumerate(_list(f, "colocation")):
         c = Fields(pair, f"{where}: colocation[{i}]", ProfileError)
@@ -123,6 +124,7 @@ def _profile(name: str, raw: Any, where: str) -> Profile:
         colocation=tuple(colocation),
         sources=(note,) if note else (),
         provenance={block: kind for block, present in blocks.items() if present},
+        optimistic=optimistic,
     )
 
 
@@ -210,8 +212,8 @@ _OPTIMISTIC_KEYS = (
 )
 
 
-def _optimistic(f: Fields) -> SensitivityMatrix:
-    """A matrix from CPU measurements at full memory plus the cache model (Synergy §3.1)."""
+def _optimistic(f: Fields) -> tuple[OptimisticProfile, SensitivityMatrix]:
+    """CPU measurements at full memory plus the cache model, and the matrix (Synergy §3.1)."""
     f.only(_OPTIMISTIC_KEYS)
     raw_points = f.opt_object("cpu_samples_per_s")
     if not raw_points:
@@ -224,14 +226,16 @@ def _optimistic(f: Fields) -> SensitivityMatrix:
             f.fail_key("cpu_samples_per_s", f"value at {key} CPUs must be a positive number, got {value!r}")
         points[int(key)] = float(value)
     try:
-        return _optimistic_matrix(f, points)
+        optimistic = _optimistic_block(f, points)
+        matrix = optimistic.matrix()
     except ProfileError as e:  # the cache model's own checks name the key, not the model
         if str(e).startswith(f.where):
             raise
         f.fail(str(e))
+    return optimistic, matrix
 
 
-def _optimistic_matrix(f: Fields, points: dict[int, float]) -> SensitivityMatrix:
+def _optimistic_block(f: Fields, points: dict[int, float]) -> OptimisticProfile:
     cache = CacheModel(
         dataset_gb=f.req_float("dataset_gb", minimum=0.0),
         sample_kb=f.req_float("sample_kb", minimum=0.0),
@@ -247,4 +251,4 @@ def _optimistic_matrix(f: Fields, points: dict[int, float]) -> SensitivityMatrix
         if len(ref) != 2 or not all(_number(v, positive=True) for v in ref):
             f.fail_key("reference", f"expected [cpus_per_gpu, mem_gb_per_gpu], got {ref!r}")
         reference = (float(ref[0]), float(ref[1]))
-    return optimistic_matrix(points, cache, rows, cols, reference)
+    return OptimisticProfile(dict(sorted(points.items())), cache, rows, cols, reference)

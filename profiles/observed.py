@@ -29,6 +29,16 @@ memory column of the row; observed CPU counts that are not rows of the prior's g
 added as rows (interpolated first). A model without a matrix (neutral, or unknown) gets
 a one-column matrix from its observed points alone. Of each (CPU count) the median of its
 points counts, so a single outlier does not move the curve.
+
+A *profiled* prior (an ``optimistic`` block, measured by ``mosaic profile`` on this
+cluster) is absolute already: the observed rates become points of its measured CPU curve,
+replacing the measured rate at the same CPU count or adding one, and the matrix is derived
+again with its cache model; so a single observed CPU count corrects it (a profile measured
+without contention, a job slower at many CPUs than its profile says). That assumes the
+profile was measured on this cluster's hardware, with the GPU count its ``gpus`` says, at
+the jobs' batch size and plan, which is what a site's ``profiled`` document is; and it is
+done only for jobs whose memory lets the cache hold the whole data set (the curve was
+measured that way) and that hold whole CPUs per GPU.
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from profiles.document import OBSERVED
+from profiles.optimistic import OptimisticProfile
 from profiles.schema import Profile, SensitivityMatrix
 from profiles.store import ProfileStore
 
@@ -185,18 +196,44 @@ def refine_matrix(prior: SensitivityMatrix | None, curve: CpuCurve) -> Sensitivi
 
 
 def refine_profile(profile: Profile, points: Iterable[ObservedPoint]) -> Profile:
-    """``profile`` with its CPU curve corrected by the points' best curve (the shape observed
-    at the most CPU counts); unchanged when no shape was observed at two CPU counts."""
-    best = next((c for c in curves(points) if len(c.rates) >= 2), None)
+    """``profile`` refined by the points (module docstring): a profiled ``optimistic`` curve
+    takes the observed rates as points; any other prior, the best observed curve's ratios
+    (the shape observed at the most CPU counts). Unchanged when nothing applies."""
+    observed = curves(points)
+    if profile.optimistic is not None:
+        refined = _refine_optimistic(profile, profile.optimistic, observed)
+        if refined is not None:
+            return refined
+    best = next((c for c in observed if len(c.rates) >= 2), None)
     if best is None:
         return profile
+    return _observed(profile, refine_matrix(profile.sensitivity, best), best)
+
+
+def _refine_optimistic(
+    profile: Profile, block: OptimisticProfile, observed: list[CpuCurve]
+) -> Profile | None:
+    """The observed rates as points of the profile's measured CPU curve: of the first curve of
+    the profiled job's GPU count, observed at whole CPUs per GPU and with memory enough for
+    the cache to hold the whole data set (as the profile was measured)."""
+    for curve in observed:
+        if curve.shape.num_gpus != block.cache.gpus or block.cache.hit_fraction(curve.mem_gb_per_gpu) < 1:
+            continue
+        rates = {int(c): r for c, r in curve.rates.items() if c == int(c)}
+        if rates:
+            refined = block.with_points(rates)
+            return replace(_observed(profile, refined.matrix(), curve), optimistic=refined)
+    return None
+
+
+def _observed(profile: Profile, matrix: SensitivityMatrix, curve: CpuCurve) -> Profile:
     before = profile.provenance.get("sensitivity", "built-in") if profile.sensitivity is not None else None
     kind = OBSERVED if before is None else before if before.endswith(OBSERVED) else f"{before}+{OBSERVED}"
     return replace(
         profile,
-        sensitivity=refine_matrix(profile.sensitivity, best),
+        sensitivity=matrix,
         provenance={**profile.provenance, "sensitivity": kind},
-        sources=(*profile.sources, f"observed: {_describe(best)}"),
+        sources=(*profile.sources, f"observed: {_describe(curve)}"),
     )
 
 

@@ -134,3 +134,32 @@ def optimistic_matrix(
     return SensitivityMatrix(
         tuple(float(c) for c in cpus_per_gpu), tuple(float(m) for m in mem_gb_per_gpu), values
     )
+
+
+@dataclass(frozen=True, slots=True)
+class OptimisticProfile:
+    """An ``optimistic`` block as measured: the CPU curve (absolute samples/s per GPU by CPUs
+    per GPU, the data set cached) and what turns it into W (the cache model, the grid, the
+    reference allocation). Kept beside the matrix so that a measurement taken later (the
+    controller's observation of a running job) can replace or add a point of the curve."""
+
+    cpu_samples_per_s: Mapping[int, float]
+    cache: CacheModel
+    cpus_per_gpu: tuple[float, ...]
+    mem_gb_per_gpu: tuple[float, ...]
+    reference: tuple[float, float]
+
+    def matrix(self) -> SensitivityMatrix:
+        return optimistic_matrix(
+            self.cpu_samples_per_s, self.cache, self.cpus_per_gpu, self.mem_gb_per_gpu, self.reference
+        )
+
+    def with_points(self, points: Mapping[int, float]) -> OptimisticProfile:
+        """The same block with ``points`` replacing (or added to) the measured ones."""
+        return OptimisticProfile(
+            dict(sorted({**self.cpu_samples_per_s, **points}.items())),
+            self.cache,
+            self.cpus_per_gpu,
+            self.mem_gb_per_gpu,
+            self.reference,
+        )

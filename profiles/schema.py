@@ -15,7 +15,10 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from profiles.optimistic import OptimisticProfile
 
 
 def plan_key(plan: Mapping[str, Any] | None) -> str | None:
@@ -132,6 +135,8 @@ class Profile:
     # "built-in" | "profiled" | "observed", or "built-in+observed" once observations refine
     # it); a block not listed is built-in (:meth:`profiles.store.ProfileStore.provenance`).
     provenance: Mapping[str, str] = field(default_factory=dict)
+    # The ``optimistic`` block the matrix was derived from (absolute measurements).
+    optimistic: OptimisticProfile | None = None
 
     @property
     def is_neutral(self) -> bool:

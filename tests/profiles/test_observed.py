@@ -187,3 +187,62 @@ def test_a_misspelt_kind_is_an_error_naming_the_model() -> None:
 
 def test_a_neutral_profile_has_no_blocks() -> None:
     assert ProfileStore.builtin().provenance("no-such-model") == {}
+
+
+# -- a profiled (absolute) prior -----------------------------------------------------------
+
+
+def _profiled(points: dict[str, float]) -> Profile:
+    document = {
+        "format": "mosaic-profiles/1",
+        "models": {
+            "image-cnn": {
+                "source": "profiled: mosaic profile",
+                "optimistic": {
+                    "cpu_samples_per_s": points,
+                    # 1 GB of 100 KB samples from storage at 5 MB/s: cached whole from 1 GB per
+                    # GPU on; with 0.5 GB, half the samples come at 5 MB/s: 102 samples/s.
+                    "dataset_gb": 1.0,
+                    "sample_kb": 100.0,
+                    "storage_mb_per_s_per_gpu": 5.0,
+                    "mem_gb_per_gpu": [0.25, 0.5, 1.0, 16.0],
+                    "reference": [3, 16],
+                },
+            }
+        },
+    }
+    return profiles_from_document(document)["image-cnn"]
+
+
+def test_a_profiled_curve_is_corrected_by_one_observed_cpu_count() -> None:
+    """``mosaic profile`` measured 50, 95, 150 and 190 samples/s at 1, 2, 4 and 8 CPUs: on
+    Synergy's CPU grid the demand is 9 (6 CPUs give 170). A job at 8 CPUs runs at 150: that
+    point replaces the profile's, the curve is flat from 4 on, and the demand is 4, from
+    this one observation."""
+    prior = _profiled({"1": 50.0, "2": 95.0, "4": 150.0, "8": 190.0})
+    assert prior.optimistic is not None and prior.optimistic.cpu_samples_per_s[8] == 190.0
+    assert best_case_per_gpu(prior.sensitivity).cpus == 9  # type: ignore[arg-type]
+    seen = [ObservedPoint("image-cnn", Shape("a100", 1), 8, 16.0, 150.0, 1.0)]
+    refined = refine_profile(prior, seen)
+    assert refined.provenance["sensitivity"] == "profiled+observed"
+    assert best_case_per_gpu(refined.sensitivity).cpus == 4  # type: ignore[arg-type]
+    assert refined.optimistic is not None and refined.optimistic.cpu_samples_per_s[8] == 150.0
+    # A rate that confirms the profile leaves it as it was.
+    agree = refine_profile(prior, [ObservedPoint("image-cnn", Shape("a100", 1), 8, 16.0, 190.0, 1.0)])
+    assert agree.sensitivity == prior.sensitivity
+    # Another GPU count is another curve: one observed count there says nothing; nor does a
+    # fraction of a CPU per GPU.
+    assert refine_profile(prior, [ObservedPoint("image-cnn", Shape("a100", 2), 8, 16.0, 150.0, 1.0)]) is prior
+    assert (
+        refine_profile(prior, [ObservedPoint("image-cnn", Shape("a100", 1), 7.5, 16.0, 150.0, 1.0)]) is prior
+    )
+
+
+def test_a_profiled_curve_is_not_compared_where_the_cache_limits() -> None:
+    """With 0.5 GB per GPU the cache holds half the data set: a job there is slow for want
+    of memory, not CPUs, and its rate is not compared with the profile's cached curve."""
+    prior = _profiled({"1": 50.0, "2": 95.0, "4": 150.0, "8": 190.0})
+    low = [ObservedPoint("image-cnn", Shape("a100", 1), 8, 0.5, 150.0, 1.0)]
+    matrix = prior.sensitivity
+    assert matrix is not None and matrix.at(8, 0.5) < matrix.at(8, 16)
+    assert refine_profile(prior, low) is prior

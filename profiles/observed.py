@@ -49,7 +49,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from profiles.document import OBSERVED
-from profiles.optimistic import OptimisticProfile
+from profiles.optimistic import OptimisticProfile, cpu_curve
 from profiles.schema import Profile, SensitivityMatrix
 from profiles.store import ProfileStore
 
@@ -213,17 +213,51 @@ def refine_profile(profile: Profile, points: Iterable[ObservedPoint]) -> Profile
 def _refine_optimistic(
     profile: Profile, block: OptimisticProfile, observed: list[CpuCurve]
 ) -> Profile | None:
-    """The observed rates as points of the profile's measured CPU curve: of the first curve of
-    the profiled job's GPU count, observed at whole CPUs per GPU and with memory enough for
-    the cache to hold the whole data set (as the profile was measured)."""
+    """The observed rates merged into the profile's measured CPU curve (:func:`merge_absolute`):
+    of the first curve of the profiled job's GPU count, observed at whole CPUs per GPU and with
+    memory enough for the cache to hold the whole data set (as the profile was measured)."""
     for curve in observed:
         if curve.shape.num_gpus != block.cache.gpus or block.cache.hit_fraction(curve.mem_gb_per_gpu) < 1:
             continue
         rates = {int(c): r for c, r in curve.rates.items() if c == int(c)}
         if rates:
-            refined = block.with_points(rates)
+            refined = block.with_curve(merge_absolute(block.cpu_samples_per_s, rates))
             return replace(_observed(profile, refined.matrix(), curve), optimistic=refined)
     return None
+
+
+def merge_absolute(measured: Mapping[int, float], observed: Mapping[int, float]) -> dict[int, float]:
+    """A measured CPU curve (absolute rates) with observed rates taking over (pure).
+
+    The observed rates replace or add points; the curve stays non-decreasing through them
+    (Synergy §3.1's curves saturate): a measured point below an observation is capped at
+    its rate; above the highest observation the measured further gain counts in the share
+    the observation confirmed of the measured gain up to it from the point below (between
+    0 and 1), as :func:`corrected_cpu_values` does for ratios.
+
+    >>> merge_absolute({1: 50.0, 2: 95.0, 4: 150.0, 8: 190.0}, {8: 150.0})
+    {1: 50.0, 2: 95.0, 4: 150.0, 8: 150.0}
+    >>> merge_absolute({1: 50.0, 2: 95.0, 4: 150.0, 8: 190.0}, {4: 100.0})
+    {1: 50.0, 2: 95.0, 4: 100.0, 8: 103.63636363636364}
+    """
+    if not observed:
+        return dict(measured)
+    prior = cpu_curve(measured)
+    top = max(observed)
+    out: dict[int, float] = {}
+    for c, rate in measured.items():
+        if c in observed:
+            continue
+        above = [o for o in observed if o > c]
+        out[c] = min(rate, *(observed[o] for o in above)) if above else rate
+    out.update(observed)
+    below = [c for c in out if c < top]
+    base = max(below) if below else None
+    if base is not None:
+        share = min(1.0, max(0.0, _gain(prior(top) - out[base], observed[top] - out[base])))
+        for c in [c for c in measured if c > top]:
+            out[c] = observed[top] + (measured[c] - prior(top)) * share
+    return dict(sorted(out.items()))
 
 
 def _observed(profile: Profile, matrix: SensitivityMatrix, curve: CpuCurve) -> Profile:

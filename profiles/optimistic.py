@@ -154,12 +154,8 @@ class OptimisticProfile:
             self.cpu_samples_per_s, self.cache, self.cpus_per_gpu, self.mem_gb_per_gpu, self.reference
         )
 
-    def with_points(self, points: Mapping[int, float]) -> OptimisticProfile:
-        """The same block with ``points`` replacing (or added to) the measured ones."""
+    def with_curve(self, points: Mapping[int, float]) -> OptimisticProfile:
+        """The same block with ``points`` as its measured CPU curve."""
         return OptimisticProfile(
-            dict(sorted({**self.cpu_samples_per_s, **points}.items())),
-            self.cache,
-            self.cpus_per_gpu,
-            self.mem_gb_per_gpu,
-            self.reference,
+            dict(sorted(points.items())), self.cache, self.cpus_per_gpu, self.mem_gb_per_gpu, self.reference
         )

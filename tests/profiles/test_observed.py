@@ -16,6 +16,7 @@ from profiles.observed import (
     Shape,
     corrected_cpu_values,
     curves,
+    merge_absolute,
     refine_profile,
     refine_store,
 )
@@ -230,6 +231,9 @@ def test_a_profiled_curve_is_corrected_by_one_observed_cpu_count() -> None:
     # A rate that confirms the profile leaves it as it was.
     agree = refine_profile(prior, [ObservedPoint("image-cnn", Shape("a100", 1), 8, 16.0, 190.0, 1.0)])
     assert agree.sensitivity == prior.sensitivity
+    # The next job starts at the 9 CPUs the profile asks for: 150 there says the same.
+    at_nine = refine_profile(prior, [ObservedPoint("image-cnn", Shape("a100", 1), 9, 16.0, 150.0, 1.0)])
+    assert best_case_per_gpu(at_nine.sensitivity).cpus == 4  # type: ignore[arg-type]
     # Another GPU count is another curve: one observed count there says nothing; nor does a
     # fraction of a CPU per GPU.
     assert refine_profile(prior, [ObservedPoint("image-cnn", Shape("a100", 2), 8, 16.0, 150.0, 1.0)]) is prior
@@ -246,3 +250,14 @@ def test_a_profiled_curve_is_not_compared_where_the_cache_limits() -> None:
     matrix = prior.sensitivity
     assert matrix is not None and matrix.at(8, 0.5) < matrix.at(8, 16)
     assert refine_profile(prior, low) is prior
+
+
+def test_merging_absolute_rates() -> None:
+    measured = {1: 50.0, 2: 95.0, 4: 150.0, 8: 190.0}
+    assert merge_absolute(measured, {4: 150.0, 8: 190.0}) == measured  # agreement changes nothing
+    assert merge_absolute(measured, {16: 200.0}) == {**measured, 16: 200.0}  # a point added
+    # Observed at 9, below what was measured at 8: the curve does not fall (8 capped), and
+    # nothing beyond promises more.
+    assert merge_absolute(measured, {9: 150.0}) == {1: 50.0, 2: 95.0, 4: 150.0, 8: 150.0, 9: 150.0}
+    # Observed at 2, as measured: the measured gain beyond holds in full.
+    assert merge_absolute(measured, {2: 95.0}) == measured

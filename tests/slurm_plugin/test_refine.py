@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from planner.config import build_scheduler, preset
+from profiles.document import profiles_from_document
 from profiles.store import ProfileStore
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.loop import Controller
@@ -92,8 +93,10 @@ def _known(store: Store, *jobs: SlurmJob, version: int = 1) -> None:
             store.next_plan_version(sj.id)
 
 
-def _controller(config: ControllerConfig, slurm: FakeSlurm, store: Store, refine: bool) -> Controller:
-    base = ProfileStore.builtin()
+def _controller(
+    config: ControllerConfig, slurm: FakeSlurm, store: Store, refine: bool, base: ProfileStore | None = None
+) -> Controller:
+    base = base or ProfileStore.builtin()
     scheduler = build_scheduler(SCHEDULER, base)
     refiner = (
         Refiner(store, base, lambda p: build_scheduler(SCHEDULER, p), config.spool_dir) if refine else None
@@ -166,6 +169,38 @@ def test_jobs_without_a_model_are_not_observed(config: ControllerConfig) -> None
     _beats(config.spool_dir, "12", 1, [None, 200.0, 200.0])
     assert _controller(config, slurm, store, refine=True).tick().ok
     assert store.observations() == []
+
+
+def test_a_profiled_prior_is_corrected_by_one_run(config: ControllerConfig) -> None:
+    """A profile measured by ``mosaic profile`` (absolute: 50, 95, 150, 190 samples/s at 1, 2,
+    4, 8 CPUs) asks for 9 CPUs per GPU. The job gets them, runs at 150 (no faster than at 4):
+    the next job of the model gets the GPU-proportional 4, after this one run."""
+    document = {
+        "format": "mosaic-profiles/1",
+        "models": {
+            "image-cnn": {
+                "source": "profiled",
+                "optimistic": {
+                    "cpu_samples_per_s": {"1": 50.0, "2": 95.0, "4": 150.0, "8": 190.0},
+                    "dataset_gb": 1.0,
+                    "sample_kb": 100.0,
+                    "storage_mb_per_s_per_gpu": 5.0,
+                },
+            }
+        },
+    }
+    base = ProfileStore.builtin().with_profiles(profiles_from_document(document).values())
+    slurm = Cluster([_job("11", "PENDING", 4, model="image-cnn")])
+    store = Store(config.store_path)
+    assert _controller(config, slurm, store, True, base).tick().ok
+    assert slurm.cpus_given("11") == 9
+    mem_mb = int(slurm.fields["11"]["MinMemoryNode"])
+    running = replace(_job("11", "RUNNING", 9, gpu=0, model="image-cnn"), mem_mb_per_node=mem_mb)
+    slurm = Cluster([running, _job("13", "PENDING", 4, model="image-cnn")])
+    _beats(config.spool_dir, "11", 1, [None, 160.0, 150.0, 151.0, 149.0])
+    assert _controller(config, slurm, store, True, base).tick().ok
+    assert slurm.cpus_given("13") == 4
+    assert [(p.cpus_per_gpu, p.samples_per_s_per_gpu) for p in store.observations()] == [(9.0, 150.0)]
 
 
 def test_a_sensitive_curve_that_holds_keeps_its_cpus(config: ControllerConfig) -> None:

@@ -32,8 +32,9 @@ points counts, so a single outlier does not move the curve.
 
 A *profiled* prior (an ``optimistic`` block, measured by ``mosaic profile`` on this
 cluster) is absolute already: the observed rates become points of its measured CPU curve,
-replacing the measured rate at the same CPU count or adding one, and the matrix is derived
-again with its cache model; so a single observed CPU count corrects it (a profile measured
+replacing the measured rate at the same CPU count or adding one (:func:`merge_absolute`
+keeps the curve non-decreasing through them), and the matrix is derived again with its
+cache model; so a single observed CPU count corrects it (a profile measured
 without contention, a job slower at many CPUs than its profile says). That assumes the
 profile was measured on this cluster's hardware, with the GPU count its ``gpus`` says, at
 the jobs' batch size and plan, which is what a site's ``profiled`` document is; and it is

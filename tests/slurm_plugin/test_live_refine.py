@@ -8,14 +8,18 @@ The jobs say they train resnet18, whose built-in Synergy profile asks for 9 CPUs
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from planner.config import build_scheduler, preset
 from profiles.store import ProfileStore
 from slurm_plugin import planfile
+from slurm_plugin.cli.main import main
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.loop import Controller
 from slurm_plugin.controller.refine import Refiner, run_rate
@@ -79,7 +83,9 @@ def _reported(config: ControllerConfig, store: Store, job_id: str) -> bool:
     return len(beats) >= 3 and run_rate(beats, record.plan_version, None)[0] is not None
 
 
-def test_flat_heartbeats_stop_extra_cpus_in_the_next_round(live, tmp_path: Path) -> None:
+def test_flat_heartbeats_stop_extra_cpus_in_the_next_round(
+    live, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = config_for(live, tmp_path / "spool", stop_timeout_s=20.0, checkpoint_grace_s=5.0)
     client = CliSlurm(config.slurm_env, timeout_s=config.command_timeout_s)
     store = Store(config.store_path)
@@ -111,9 +117,12 @@ def test_flat_heartbeats_stop_extra_cpus_in_the_next_round(live, tmp_path: Path)
     time.sleep(0.5)
     planned = {a["job"]: a.get("cpus") for a in prior.tick(dry_run=True).actions if a["kind"] == "start"}
     assert planned.get(new) == 9
-    report = controller.tick()
-    assert report.ok
-    started = {a["job"]: a.get("cpus") for a in report.actions if a["kind"] == "start"}
-    assert started.get(new) == 4, report.actions
+    # The round, by `mosaic controller --once` (a new controller process: it finds the
+    # observations in the state store).
+    common = ["--slurm-conf", str(live.layout.conf), "--spool", str(config.spool_dir)]
+    assert main(["controller", "--once", "--scheduler", "synergy-tune", *common]) == 0
+    report = json.loads(capsys.readouterr().out)
+    started = {a["job"]: a.get("cpus") for a in report["actions"] if a["kind"] == "start"}
+    assert started.get(new) == 4, report["actions"]
     wait_for(f"job {new} running", lambda: jobs(config)[new].state == "RUNNING", 30)
     assert _cpus(config, new) == 4

@@ -65,15 +65,16 @@ def current_type(snapshot: Snapshot, job: Job) -> str | None:
 
 
 def home_type(snapshot: Snapshot, job: Job) -> str | None:
-    """The one GPU type a heterogeneity-unaware scheduler runs ``job`` on: the type it holds
-    while running, else the type it asked for, else (any type accepted) the accepted type with
-    the most GPUs, first in node order on a tie. ``None``: the cluster has no type it accepts."""
-    held = current_type(snapshot, job)
-    if held is not None:
-        return held
+    """The one GPU type a heterogeneity-unaware scheduler runs ``job`` on: the type it asked for
+    (when the cluster has it), else the type it holds while running, else (any type accepted)
+    the accepted type with the most GPUs, first in node order on a tie. ``None``: the cluster
+    has no type it accepts."""
     sizes = capacity(snapshot)
     if job.gpu_type is not None and job.gpu_type in sizes and job.accepts_type(job.gpu_type):
         return job.gpu_type
+    held = current_type(snapshot, job)
+    if held is not None:
+        return held
     accepted = [t for t in sizes if job.accepts_type(t)]
     return max(accepted, key=lambda t: sizes[t]) if accepted else None
 

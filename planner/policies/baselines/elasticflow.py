@@ -14,8 +14,8 @@ Stages:
 * ordering ``elasticflow``: running deadline jobs (already admitted: ElasticFlow guarantees
   them), then waiting deadline jobs, both by deadline, then best-effort jobs (no deadline),
   running ones first, then by arrival. Preemptive.
-* placement ``elasticflow``: per type (the job's *home* type: the one it runs on, else the one it
-  asked for), walking that order:
+* placement ``elasticflow``: per type (the job's *home* type: the one it asked for, else the one it
+  runs on; a job running on another type moves to it), walking that order:
 
   1. **Admission**: a deadline job's minimum satisfactory share is the fewest GPUs ``c`` it
      accepts with ``now + slack_s + remaining(c) <= deadline``, ``remaining(c)`` its remaining
@@ -109,7 +109,8 @@ class ElasticFlowPlacement:
         """GPU counts of ``gpu_type`` the job accepts, its plan runs on and the view finds feasible
         (its current count while it runs there: it does run)."""
         low, high = job.gpu_range
-        held = job.assignment.num_gpus if job.is_running and job.assignment is not None else None
+        here = job.is_running and job.assignment is not None and current_type(snapshot, job) == gpu_type
+        held = job.assignment.num_gpus if here and job.assignment is not None else None
         size = capacity(snapshot)[gpu_type]
         return [
             c
@@ -219,7 +220,7 @@ class ElasticFlowPlacement:
         for e in entries:
             a = e.job.assignment
             stays = e.job.is_running and a is not None and a.num_gpus == e.target
-            if stays and a is not None and free.has(a.gpus):
+            if stays and a is not None and free.has(a.gpus) and current_type(snapshot, e.job) == gpu_type:
                 free.take(a.gpus)
                 placed[e.job.id] = a
                 outcomes[e.job.id] = Outcome.KEPT
@@ -241,7 +242,10 @@ class ElasticFlowPlacement:
         """GPUs for the target count, else smaller counts down to the share; a running job
         prefers its own nodes (its GPUs there count as free for it)."""
         job, a = e.job, e.job.assignment
-        own = a.gpus if job.is_running and a is not None and free.has(a.gpus) else ()
+        here = (
+            job.is_running and a is not None and free.has(a.gpus) and current_type(snapshot, job) == gpu_type
+        )
+        own = a.gpus if here and a is not None else ()
         for count in [c for c in e.counts if e.share <= c <= e.target][::-1]:
             if own:
                 mine = {n: free.gpus[n] for n in {name for name, _ in own}}

@@ -1,15 +1,10 @@
 """``mosaic profile``'s side effects: start real runs of a job, read their heartbeats, keep state.
 
 The decisions (which run next, when the search stops, what the document says) are pure,
-in :mod:`profiles.profiler`; this module carries them out:
+in :mod:`profiles.profiler`; what runs and how a run starts (targets, launchers: local
+processes pinned to ``C`` cores, or ``srun``) is :mod:`slurm_plugin.profile_launch`. This
+module carries the runs out:
 
-* a :class:`Target` is the job: a batch script (``bash JOB.sh``, its ``#MOSAIC``
-  directives read for the model, framework and global batch) or a named example
-  (:mod:`wrapper.examples`);
-* a :class:`Launcher` starts one run of it on ``C`` CPUs: :class:`LocalLauncher` as a plain
-  process group pinned to ``C`` of this machine's cores (``os.sched_setaffinity``), or
-  :class:`SrunLauncher` as ``srun --ntasks=1 --cpus-per-task=C --mem=...`` through
-  :mod:`slurm_plugin.profile_task` (which pins the step where Slurm did not);
 * :func:`measure` polls the run's ``heartbeat.jsonl`` (the runtime API) until the
   measurement window is full, stops the run (SIGTERM to its process group, SIGKILL after a
   grace) and returns its :class:`~profiles.profiler.measure.Throughput`;
@@ -25,313 +20,41 @@ from another's checkpoint.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
-from planner.errors import InputError, MosaicError
-from planner.execplan import plan_to_mapping
-from planner.model import Assignment
+from planner.errors import InputError
 from profiles.profiler.measure import Throughput, heartbeats, throughput
-from profiles.profiler.runs import PlanSample, Request, RunSpec, cpu_key, next_run, remaining
+from profiles.profiler.runs import PlanSample, Request, RunSpec, next_run, remaining
 from profiles.profiler.state import RunResult, State, check_identity, state_from_json
-from slurm_plugin.directives import parse_directives
 from slurm_plugin.files import read_text, write_atomic, write_json
-from wrapper import examples, status
-from wrapper.plandoc import plan_document
+from slurm_plugin.profile_launch import (
+    Launcher,
+    LocalLauncher,
+    ProfilerError,
+    RunSetup,
+    SrunLauncher,
+    Target,
+    example_target,
+    safe_name,
+    script_target,
+    target_from,
+)
+from wrapper import status
 
 log = logging.getLogger(__name__)
 
 STOP_GRACE_S = 15.0
 POLL_S = 0.5
-
-
-class ProfilerError(MosaicError):
-    """A run could not be measured (the job failed, wrote no heartbeats, never started)."""
-
-
-# -- what runs ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Target:
-    """One job to run: how to start it, and what it says about itself."""
-
-    label: str  # the script path or ``example:NAME``
-    model: str
-    command: Callable[[int, PlanSample | None], list[str]]  # (cpus, plan sample) -> argv
-    identity: Mapping[str, Any]
-    framework: str = "torch"
-    global_batch: int | None = None
-    mem_gb: float | None = None
-    default_cpus: int | None = None
-    prepare: list[str] | None = None
-    data_dir: Path | None = None
-    task: str | None = None
-
-
-def script_target(path: str | Path) -> Target:
-    """A batch script, run as ``bash SCRIPT`` (its ``#SBATCH`` lines are not read by srun:
-    the profiler sets CPUs and memory itself)."""
-    p = Path(path)
-    text = read_text(p)
-    meta = parse_directives(text, str(p))
-    sbatch = _sbatch_options(text)
-    absolute = p.resolve()
-    return Target(
-        label=str(p),
-        model=str(meta.get("model") or p.stem),
-        command=lambda cpus, sample: ["bash", str(absolute)],
-        identity={"script": str(absolute), "sha256": hashlib.sha256(text.encode()).hexdigest()},
-        framework=str(meta.get("framework") or "torch"),
-        global_batch=meta.get("batch_size"),
-        mem_gb=sbatch.get("mem_gb"),
-        default_cpus=sbatch.get("cpus"),
-    )
-
-
-_MEM = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?)B?$", re.IGNORECASE)
-
-
-def _sbatch_options(text: str) -> dict[str, Any]:
-    """``-c``/``--cpus-per-task`` and ``--mem`` of the script's ``#SBATCH`` lines."""
-    out: dict[str, Any] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line and not line.startswith("#"):
-            break
-        if not line.startswith("#SBATCH"):
-            continue
-        tokens = line.split()[1:]
-        for k, token in enumerate(tokens):
-            name, _, value = token.partition("=")
-            if not value and k + 1 < len(tokens):
-                value = tokens[k + 1]
-            if name in {"-c", "--cpus-per-task"} and value.isdigit():
-                out["cpus"] = int(value)
-            elif name == "--mem" and (m := _MEM.match(value)):
-                scale = {"": 1 / 1024, "K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0}
-                out["mem_gb"] = float(m.group(1)) * scale[m.group(2).upper()]
-    return out
-
-
-def example_target(name: str, steps: int, data_dir: Path | None = None) -> Target:
-    example = examples.get_example(name)
-    examples.example_script(name)  # fails early, naming the path, outside a source checkout
-    return Target(
-        label=f"example:{name}",
-        model=name,
-        command=lambda cpus, sample: _example_argv(name, cpus, steps, data_dir, sample),
-        identity={"example": name, "steps": steps},
-        global_batch=example.batch,
-        prepare=examples.prepare_command(name, data_dir),
-        data_dir=data_dir,
-        task="image" if example.cpu_sensitive else "language",
-    )
-
-
-def _example_argv(
-    name: str, cpus: int, steps: int, data_dir: Path | None, sample: PlanSample | None
-) -> list[str]:
-    """A CPU run: the script plainly on ``cpus``. A plan sample: under ``mosaic-run`` (which
-    reads the profiler's plan file and starts the ranks), each rank on ``--threads``."""
-    if sample is None:
-        return examples.example_command(name, cpus, steps, local=True, data_dir=data_dir)
-    extra = ("--threads", str(sample.threads))
-    return examples.example_command(name, cpus, steps, local=False, data_dir=data_dir, extra_args=extra)
-
-
-def target_from(spec: str, steps: int, data_dir: Path | None = None) -> Target:
-    """``example:NAME`` or a script path (the ``--pairs`` form)."""
-    if spec.startswith("example:"):
-        return example_target(spec.removeprefix("example:"), steps, data_dir)
-    return script_target(spec)
-
-
-# -- how it runs -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RunSetup:
-    """One process to start: the target, CPUs, and for a plan sample its ranks and plan."""
-
-    target: Target
-    cpus: int
-    directory: Path
-    mem_gb: float
-    heartbeat_s: float
-    sample: PlanSample | None = None
-    cores: tuple[int, ...] | None = None  # local: the cores to pin to
-
-    def environment(self) -> dict[str, str]:
-        env = {
-            "MOSAIC_STATUS_DIR": str(self.directory),
-            "MOSAIC_HEARTBEAT_S": f"{self.heartbeat_s:g}",
-            "MOSAIC_CHECKPOINT_DIR": str(self.directory / "ckpt"),
-            "MOSAIC_SPOOL": str(self.directory / "spool"),
-        }
-        if self.target.global_batch is not None:
-            env["MOSAIC_GLOBAL_BATCH"] = str(self.target.global_batch)
-        if self.sample is not None:
-            env["MOSAIC_PLAN_FILE"] = str(self.directory / "plan.json")
-            env["OMP_NUM_THREADS"] = str(self.sample.threads)
-        return env
-
-    def write_plan_file(self) -> None:
-        if self.sample is None:
-            return
-        plan = self.sample.plan
-        if self.target.global_batch is not None:
-            plan = replace(plan, global_batch=self.target.global_batch)
-        assignment = Assignment(
-            gpus=tuple(("localhost", i) for i in range(self.sample.ranks)),
-            cpus=self.sample.cpus,
-            mem_gb=self.mem_gb,
-            plan=plan_to_mapping(plan),
-        )
-        write_json(self.directory / "plan.json", plan_document("profile", 1, assignment))
-
-
-class Launcher(Protocol):
-    """Starts one run; the returned process leads its own process group."""
-
-    name: str
-    graceful_stop: bool
-
-    def check_cpus(self, cpus: Sequence[int]) -> None: ...
-
-    def start(self, setup: RunSetup, output: IO[bytes]) -> subprocess.Popen[bytes]: ...
-
-    def cleanup(self, setup: RunSetup) -> None: ...
-
-
-def _popen(
-    argv: list[str], env: Mapping[str, str], output: IO[bytes], **kwargs: Any
-) -> subprocess.Popen[bytes]:
-    try:
-        return subprocess.Popen(
-            argv,
-            env={**os.environ, **env},
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            **kwargs,
-        )
-    except OSError as e:
-        raise ProfilerError(f"cannot start {argv[0]}: {e.strerror}") from e
-
-
-@dataclass
-class LocalLauncher:
-    """Plain processes on this machine, each run pinned to its own ``C`` cores (no Slurm)."""
-
-    name: str = "local"
-    graceful_stop: bool = False
-    cores: tuple[int, ...] = field(default_factory=lambda: tuple(sorted(os.sched_getaffinity(0))))
-
-    def check_cpus(self, cpus: Sequence[int]) -> None:
-        too_many = [c for c in cpus if c > len(self.cores)]
-        if too_many:
-            raise InputError(
-                f"--cpus {','.join(map(str, too_many))}: --local pins each run to its own cores, and "
-                f"this machine lets mosaic profile use {len(self.cores)} "
-                f"({','.join(map(str, self.cores))})"
-            )
-
-    def start(self, setup: RunSetup, output: IO[bytes]) -> subprocess.Popen[bytes]:
-        cores = setup.cores or self.cores[: setup.cpus]
-        env = {
-            **setup.environment(),
-            "SLURM_CPUS_PER_TASK": str(setup.cpus),
-            "SLURM_CPUS_ON_NODE": str(setup.cpus),
-            "SLURM_SUBMIT_DIR": os.getcwd(),
-        }
-        argv = setup.target.command(setup.cpus, setup.sample)
-        # No Slurm job around a local run: a profiler started inside one must not make
-        # mosaic-run launch with srun or read that job's plan file.
-        clean = {k: v for k, v in os.environ.items() if k not in {"SLURM_JOB_ID", "SLURM_JOBID"}}
-        try:
-            return subprocess.Popen(
-                argv,
-                env={**clean, **env},
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=lambda: os.sched_setaffinity(0, cores),  # noqa: PLW1509 - no threads started here
-            )
-        except OSError as e:
-            raise ProfilerError(f"cannot start {argv[0]}: {e.strerror}") from e
-
-    def cleanup(self, setup: RunSetup) -> None:
-        return None
-
-
-@dataclass
-class SrunLauncher:
-    """``srun --ntasks=1 --cpus-per-task=C --mem=M`` on the cluster (``slurm_env``: ``SLURM_CONF``)."""
-
-    slurm_env: Mapping[str, str] = field(default_factory=dict)
-    partition: str | None = None
-    extra: tuple[str, ...] = ()
-    name: str = "srun"
-    graceful_stop: bool = True
-    python: str = sys.executable
-
-    def check_cpus(self, cpus: Sequence[int]) -> None:
-        if shutil.which("srun") is None:
-            raise InputError("srun not found on PATH (use --local to profile on this machine without Slurm)")
-
-    def job_name(self, setup: RunSetup) -> str:
-        return f"mosaic-profile-{os.getpid()}-{_safe(setup.directory.name)}"
-
-    def start(self, setup: RunSetup, output: IO[bytes]) -> subprocess.Popen[bytes]:
-        argv = [
-            "srun",
-            "--ntasks=1",
-            f"--cpus-per-task={setup.cpus}",
-            f"--mem={max(1, round(setup.mem_gb * 1024))}M",
-            f"--job-name={self.job_name(setup)}",
-            "--kill-on-bad-exit=1",
-            "--export=ALL",
-        ]
-        if self.partition:
-            argv.append(f"--partition={self.partition}")
-        argv += list(self.extra)
-        task = [self.python, "-m", "slurm_plugin.profile_task", "--cpus", str(setup.cpus)]
-        if setup.sample is not None:
-            task.append("--local-ranks")
-        argv += ["--", *task, "--", *setup.target.command(setup.cpus, setup.sample)]
-        return _popen(argv, {**self.slurm_env, **setup.environment()}, output)
-
-    def cleanup(self, setup: RunSetup) -> None:
-        # srun cancels its job when it is terminated; this catches a run still pending or
-        # an srun that was killed before it could.
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(
-                ["scancel", f"--name={self.job_name(setup)}"],
-                env={**os.environ, **self.slurm_env},
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                timeout=30,
-                check=False,
-            )
-
-
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.+-]", "_", text)
 
 
 # -- one measurement ---------------------------------------------------------------------
@@ -615,7 +338,7 @@ class Profiler:
         return RunSetup(
             target=target,
             cpus=cpus,
-            directory=self.runs_dir / _safe(key),
+            directory=self.runs_dir / safe_name(key),
             mem_gb=self.mem_gb,
             heartbeat_s=self.window.heartbeat_s,
             sample=sample,
@@ -635,7 +358,7 @@ class Profiler:
                     RunSetup(
                         self.target,
                         spec.cpus,
-                        self.runs_dir / _safe(spec.key) / "self",
+                        self.runs_dir / safe_name(spec.key) / "self",
                         self.mem_gb,
                         self.window.heartbeat_s,
                         cores=cores,
@@ -643,7 +366,7 @@ class Profiler:
                     RunSetup(
                         partner,
                         spec.cpus,
-                        self.runs_dir / _safe(spec.key) / "partner",
+                        self.runs_dir / safe_name(spec.key) / "partner",
                         self.mem_gb,
                         self.window.heartbeat_s,
                         cores=cores,
@@ -716,11 +439,8 @@ def write_outputs(files: Mapping[Path, str]) -> None:
         write_atomic(path, text)
 
 
-def dumps(document: Any) -> str:
-    return json.dumps(document, indent=2) + "\n"
-
-
 __all__ = [
+    "Launcher",
     "LocalLauncher",
     "Profiler",
     "ProfilerError",
@@ -730,7 +450,6 @@ __all__ = [
     "Target",
     "Window",
     "check_writable",
-    "cpu_key",
     "data_size",
     "example_target",
     "measure",

@@ -91,7 +91,8 @@ def test_local_profile_measures_the_cpu_curve_from_heartbeats_and_resumes(tmp_pa
         beats = records(tmp_path / "burn.json.runs" / f"cpu-{c}")
         # Each run was pinned to exactly its CPUs, and the curve is what its heartbeats say.
         assert {b["cpus"] for b in beats if b.get("event") == "heartbeat"} == {c}
-        assert {b["slurm_job"] for b in beats if b.get("event") == "heartbeat"} == {None}  # no Slurm here
+        # No Slurm job here (mosaic-run's local ranks get the job id "local").
+        assert {b["slurm_job"] for b in beats if b.get("event") == "heartbeat"} == {"local"}
         rate = throughput(beats, warmup=1)
         assert rate is not None and curve[str(c)] == pytest.approx(rate.samples_per_s, rel=1e-3)
     assert profiles_from_document(document)["burn"].sensitivity is not None

@@ -239,6 +239,7 @@ def test_the_document_carries_the_searched_curve_and_the_pairs_and_reads_back() 
         {"with": "text", "gpu_type": "cpu", "num_gpus": 1, "steps_per_s": 0.75, "with_steps_per_s": 0.625}
     ]
     profile = profiles_from_document(json.loads(json.dumps(doc)))["img"]
+    assert profile.provenance == {"sensitivity": "profiled", "colocation": "profiled"}
     m = profile.sensitivity
     assert m is not None and m.at(4.0, 8.0) == pytest.approx(2 * m.at(2.0, 8.0))
     # Together vs alone: 24/32 for the job, 10/20 for its partner.

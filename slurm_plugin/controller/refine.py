@@ -236,13 +236,13 @@ class Refiner:
                 continue
             if not isinstance((record.meta or {}).get("model"), str):
                 continue  # no #MOSAIC --model: a black box, whose rate says nothing about others
-            point = self._point(sj, job, record.plan_version, gpu_types)
+            point = self._point(sj, job, record.plan_version, gpu_types, obs.time_s)
             if point is not None:
                 out.append((record.plan_version, point))
         return out
 
     def _point(
-        self, sj: SlurmJob, job: Job, version: int, gpu_types: Mapping[str, str]
+        self, sj: SlurmJob, job: Job, version: int, gpu_types: Mapping[str, str], now: float
     ) -> ObservedPoint | None:
         a = job.assignment
         if a is None or a.num_gpus == 0 or a.cpus <= 0 or a.shares_with or sj.start_time is None:
@@ -270,7 +270,7 @@ class Refiner:
             cpus_per_gpu=a.cpus / a.num_gpus,
             mem_gb_per_gpu=a.mem_gb / a.num_gpus,
             samples_per_s_per_gpu=rate / a.num_gpus,
-            time_s=max(_number(r.get("time")) or 0.0 for r in records),
+            time_s=now,  # the controller's clock, not the job's: which points are newest
             job_id=sj.id,
         )
 

@@ -126,8 +126,8 @@ def test_a_wrong_prior_is_corrected_in_the_next_round(config: ControllerConfig, 
     assert report.ok, report.error
     assert slurm.cpus_given("13") == (4 if refine else 9)
     if refine:
-        rates = {p.job_id: (p.cpus_per_gpu, p.samples_per_s_per_gpu) for p in store.observations()}
-        assert rates == {"11": (4.0, 200.0), "12": (9.0, 200.0)}
+        rates = {p.job_id: (p.cpus_per_gpu, p.samples_per_s_per_gpu, p.time_s) for p in store.observations()}
+        assert rates == {"11": (4.0, 200.0, T0 + 200), "12": (9.0, 200.0, T0 + 200)}  # the controller's time
 
 
 def test_observations_survive_a_controller_restart(config: ControllerConfig) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from planner.model import Assignment, Job, JobState, Outcome, RoundPlan, Snapshot
-from planner.stages import Draft, Migration, Ordering, Packing, Placement, Reconfiguration, Shaping
+from planner.stages import Demand, Draft, Migration, Ordering, Packing, Placement, Reconfiguration, Shaping
 
 Clock = Callable[[], float]
 
@@ -35,6 +35,12 @@ class Scheduler:
     migration: Migration | None = None
     max_jobs_per_gpu: int = 1
 
+    def view(self, snapshot: Snapshot) -> Snapshot:
+        """``snapshot`` as this scheduler plans it: its reconfiguration stage's
+        :class:`~planner.stages.Demand` applied when it has one (else ``snapshot`` itself)."""
+        stage = self.reconfiguration
+        return stage.demand(snapshot) if isinstance(stage, Demand) else snapshot
+
 
 def plan_round(snapshot: Snapshot, scheduler: Scheduler, clock: Clock | None = None) -> RoundPlan:
     """Plan one round for ``snapshot`` with ``scheduler``'s stages."""
@@ -45,6 +51,7 @@ def plan_round(snapshot: Snapshot, scheduler: Scheduler, clock: Clock | None = N
             marks.append((stage, clock()))
 
     mark("start")
+    snapshot = scheduler.view(snapshot)
     ordered = _protect_running(scheduler.ordering.order(snapshot), scheduler.preemptive)
     mark("ordering")
     draft = scheduler.placement.place(snapshot, ordered)

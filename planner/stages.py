@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, runtime_checkable
 
 from planner.model import Assignment, Job, Outcome, Snapshot
 from planner.registry import Registry
@@ -114,6 +114,20 @@ class Reconfiguration(Protocol):
     """
 
     def reconfigure(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft: ...
+
+
+@runtime_checkable
+class Demand(Protocol):
+    """Optional, for a reconfiguration stage: the jobs as the stage plans them.
+
+    ``demand(snapshot)`` may widen what jobs accept (``min_gpus``/``max_gpus``/``gpu_types``)
+    and nothing else, and returns the same object when it changes nothing; applied twice it
+    gives what it gives once. :meth:`planner.pipeline.Scheduler.view` applies it before the
+    round is planned, and a plan is checked against that view (Crius's ``scale`` option: jobs
+    that may run on half to twice their GPUs on any type, §6.1).
+    """
+
+    def demand(self, snapshot: Snapshot) -> Snapshot: ...
 
 
 class Migration(Protocol):

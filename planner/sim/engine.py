@@ -301,7 +301,8 @@ class Simulator:
         unchanged = not (plan.started or plan.migrated or plan.reshaped)
         if self.config.check_invariants and not unchanged:
             checked = {i: j.assignment for i, j in self.active.items() if j.assignment is not None}
-            problems = plan_violations(snapshot, plan, self.scheduler.max_jobs_per_gpu, checked)
+            view = self.scheduler.view(snapshot)  # the jobs as the scheduler planned them
+            problems = plan_violations(view, plan, self.scheduler.max_jobs_per_gpu, checked)
             if problems:
                 raise SimulationError(f"t={t:.0f}s: plan breaks invariants: " + "; ".join(problems))
         return plan

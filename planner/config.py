@@ -192,6 +192,26 @@ PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(
         # AntMan (Rubick §7.1's multi-tenant baseline): guaranteed jobs within their tenant's
         # quota of requested GPUs first, best-effort jobs opportunistically, preempted first.
         "antman": SchedulerConfig(name="antman", policy="antman"),
+        # Crius §6.1 (planner/policies/crius/): Cell-based greedy scheduling in submission order
+        # on arrival and completion (event-driven) and every round, up to 3 running jobs
+        # rescaled or moved per decision, opportunistic execution, restarts charged; jobs
+        # without min/max/types run on half to twice their GPUs on any type (scale).
+        "crius": SchedulerConfig(
+            name="crius",
+            trigger="event",
+            policy="fifo",
+            reconfiguration="crius",
+            options={"reconfiguration": {"scale": [0.5, 2]}},
+        ),
+        # Crius §8.5: deadline-aware (a Cell must finish the job by its deadline; ElasticFlow's
+        # admission of the minimum satisfactory share; hopeless jobs dropped).
+        "crius-ddl": SchedulerConfig(
+            name="crius-ddl",
+            trigger="event",
+            policy="fifo",
+            reconfiguration="crius",
+            options={"reconfiguration": {"scale": [0.5, 2], "deadlines": True}},
+        ),
     }
 )
 

@@ -7,6 +7,7 @@ Importing this package registers every built-in component in the registries of
 from planner.policies import (
     baselines,
     basic,
+    crius,
     elastic,
     ftf,
     migration,
@@ -22,6 +23,7 @@ from planner.policies import (
 __all__ = [
     "baselines",
     "basic",
+    "crius",
     "elastic",
     "ftf",
     "migration",

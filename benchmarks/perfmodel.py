@@ -13,7 +13,10 @@ predictions (``rubick_pred_s``) get the same table for comparison.
 The pooling weight of ``k_bwd`` (``FitOptions.pooling_by``) is chosen here by
 leave-one-out cross-validation on the samples (``fit.leave_one_out``), which never looks
 at validation.csv; the run prints each candidate's leave-one-out error and checks that
-the default is the best one. Also reported: other sharing choices (validation only), the
+the default is the best one. A model without samples (LLaMA-30B) takes the parameters of
+its fitted family member (``fit.family``); the evidence, also from the samples only, is
+``family_evidence``: each model of a pair fitted without its samples and predicted from
+its sibling's parameters or from the shared ones. Also reported: other sharing choices (validation only), the
 error on the data-parallel family and on the 3D points separately. Writes
 ``benchmarks/results/perfmodel_validate.json``.
 
@@ -33,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import write_result
 from profiles.perfmodel import FitOptions, PointError, accuracy, fit_perfmodel, format_accuracy, plan_label
 from profiles.perfmodel.csvio import Row, parse_table
-from profiles.perfmodel.fit import leave_one_out
+from profiles.perfmodel.fit import Measurement, leave_one_out
 from profiles.perfmodel.terms import PARAM_NAMES
 
 DATA = Path(__file__).resolve().parent.parent / "profiles" / "builtin" / "data" / "rubick"
@@ -99,6 +102,43 @@ def loo_stats(samples: list[Row], options: FitOptions) -> dict[str, Any]:
     }
 
 
+# (held-out model, sibling): BERT-large and RoBERTa-large are one architecture (24 x 1024
+# encoder); GPT-2 and T5 are not (decoder, encoder-decoder), the control.
+FAMILY_PAIRS = (("roberta", "bert"), ("bert", "roberta"), ("gpt2", "t5"), ("t5", "gpt2"))
+
+
+def _errors(model: Any, measured: list[Measurement]) -> dict[str, float]:
+    """Average and largest relative error of ``model`` on ``measured``, forward times fed."""
+    predicted = model.predict_many([m.query for m in measured], [m.fwd_time_s for m in measured])
+    errors = [abs(p - m.iter_time_s) / m.iter_time_s for p, m in zip(predicted, measured, strict=True)]
+    return {"avg_pct": round(100 * sum(errors) / len(errors), 3), "max_pct": round(100 * max(errors), 3)}
+
+
+def family_evidence(samples: list[Row]) -> dict[str, Any]:
+    """Per pair: the held-out model's samples predicted by a fit without them, two ways.
+
+    With the shared parameters (what a model without samples got before) and with the
+    sibling's fitted parameters (what ``PerfModel.family_fit`` gives a family member);
+    each sample's forward time is fed as the fit feeds it. Samples only.
+    """
+    measured = [r.measurement() for r in samples]
+    out: dict[str, Any] = {}
+    for held, sibling in FAMILY_PAIRS:
+        rest = [m for m in measured if m.query.model.name != held]
+        mine = [m for m in measured if m.query.model.name == held]
+        fitted = fit_perfmodel(rest)
+        sib = fitted.models[sibling]
+        as_sibling = replace(fitted, models={**fitted.models, held: replace(sib, shape=mine[0].query.model)})
+
+        out[f"{held} from {sibling}"] = {
+            "n": len(mine),
+            "shared": _errors(fitted, mine),
+            "sibling": _errors(as_sibling, mine),
+        }
+        print(f"\nfamily evidence, {held} held out: {out[f'{held} from {sibling}']}", flush=True)
+    return out
+
+
 def main() -> None:
     samples = list(parse_table((DATA / "samples.csv").read_text(), "samples.csv", require_time=True).rows)
     validation = list(
@@ -134,6 +174,15 @@ def main() -> None:
             [p for p, three in zip(every.points, is_3d, strict=True) if not three]
         ),
     }
+    unshared = replace(model, family_sharing=False)
+    without_family = {
+        "mosaic": accuracy(points(unshared, validation)).to_json(),
+        "mosaic_with_profiled_3d_forward": accuracy(points(unshared, validation, forwards="3d")).to_json(),
+        "mosaic_with_every_forward": accuracy(points(unshared, validation, forwards="all")).to_json(),
+    }
+    print("\n(a) without family sharing (LLaMA-30B on the shared parameters):")
+    print(format_accuracy(accuracy(points(unshared, validation, forwards="all"))))
+    evidence = family_evidence(samples)
     loo = {}
     for name, options in CANDIDATES.items():
         loo[name] = loo_stats(samples, options)
@@ -183,6 +232,10 @@ def main() -> None:
                 "rate_pooling": DEFAULT.rate_pooling,
                 "fwd_weight": DEFAULT.fwd_weight,
                 "fwd_as_input": DEFAULT.fwd_as_input,
+            },
+            "family_evidence": evidence,
+            "without_family_sharing": {
+                k: {"overall": v["overall"], "per_model": v["per_model"]} for k, v in without_family.items()
             },
             "samples_leave_one_out": loo,
             "lowest_leave_one_out": chosen,

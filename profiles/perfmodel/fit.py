@@ -13,9 +13,8 @@ because some models have only three or four samples and some none:
 * per-model values are *partially pooled*, a prior in log space: the fit pays
   ``weight × (log deviation)`` (one least-squares row) for moving a model away from the
   shared value (``pooling``, per parameter ``pooling_by``, ``rate_pooling`` for rates), so
-  a model with few samples stays near what the others share, a well-sampled one follows
-  its data, and a model without samples (LLaMA-30B in the bundled data) gets the shared
-  values outright. ``k_bwd`` gets its own, stronger weight (``pooling_by``): the
+  a model with few samples stays near what the others share and a well-sampled one
+  follows its data. ``k_bwd`` gets its own, stronger weight (``pooling_by``): the
   backward/forward ratio is a property of the layer type and kernels, and a model whose
   samples are all one plan (LLaMA-2-7B: ZeRO-Offload+GC only) cannot separate it from the
   offload terms. The weights were chosen by leave-one-out cross-validation on the samples
@@ -26,7 +25,17 @@ because some models have only three or four samples and some none:
   (``fwd_as_input``) and as a second target that calibrates the model's compute rate
   (``fwd_weight``); a forward time below the physical floor (``Environment.peak_tflops``)
   is not used;
-* ``k_bwd`` carries a weak prior at 2 (backward = twice the forward FLOPs).
+* ``k_bwd`` carries a weak prior at 2 (backward = twice the forward FLOPs);
+* a model **without samples** takes the fitted parameters of its *family* (the same
+  architecture at another size, :func:`family`: LLaMA-30B those of LLaMA-2-7B in the
+  bundled data) and, without a fitted family member, the shared ones
+  (:meth:`PerfModel.parameters_for`). The evidence is the samples' one pair of models of
+  one architecture, BERT-large and RoBERTa-large (the same 24 x 1024 encoder; their names
+  differ, so :func:`family` does not pair them): fitted without all of one model's
+  samples, that model's samples are predicted better from its sibling's parameters than
+  from the shared ones (RoBERTa 3.6 against 9.7 % average error, BERT 6.2 against
+  17.6 %), while GPT-2's and T5's parameters (different architectures) do worse than the
+  shared ones for each other (``benchmarks/perfmodel.py``, ``family_evidence``).
 
 The fit is ``scipy.optimize.least_squares`` on log errors (RMSLE) with those penalty rows,
 started from three fixed points (deterministic); the best one wins.
@@ -39,6 +48,7 @@ No tensor- or pipeline-parallel samples exist in the bundled data, so the 3D ter
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -78,6 +88,17 @@ _BOUNDS = {
 _OVERLAP_BOUNDS = (1e-3, 50.0)  # k - 1: from "no overlap" (sum) to practically max()
 _RATE_BOUNDS = (0.1, 5000.0)
 _DEVIATION = 10.0  # per-model log deviations stay within e^±10
+_SIZE = re.compile(r"\d+[bm]?$")
+
+
+def family(name: str) -> str:
+    """A model's family: its normalised name without the trailing size (``llama30`` -> ``llama``).
+
+    ``llama7`` and ``llama30`` (LLaMA-2-7B, LLaMA-30B) are one family; ``gpt2`` is
+    ``gpt``, ``t5`` ``t``; a name that is all size is its own family.
+    """
+    key = normalise(name)
+    return _SIZE.sub("", key) or key
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +170,9 @@ class ModelFit:
 class PerfModel:
     """Fitted Rubick model: shared parameters plus per-model ones; predicts any query.
 
-    A model that was fitted uses its own parameters and rate; any other model the shared
-    ones (its shape comes with the query). With ``gpu_mem_gb`` set, a plan whose memory
+    A model that was fitted uses its own parameters and rate; a model that was not, those
+    of a fitted model of its :func:`family` (with ``family_sharing``, the default), else
+    the shared ones (its shape comes with the query). With ``gpu_mem_gb`` set, a plan whose memory
     estimate does not fit the GPU is infeasible: :meth:`iteration_time_s` returns
     ``None``.
     """
@@ -161,13 +183,27 @@ class PerfModel:
     environment: Environment = field(default_factory=Environment)
     rmsle: float | None = None
     gpu_mem_gb: float | None = None
+    family_sharing: bool = True
 
     def model_fit(self, name: str) -> ModelFit | None:
         return self.models.get(normalise(name))
 
+    def family_fit(self, name: str) -> ModelFit | None:
+        """The fit ``name`` uses: its own, else (``family_sharing``) a fitted model of its family.
+
+        Of several fitted family members, the one with the most samples (then the first
+        name in sorted order); ``None`` when there is none.
+        """
+        own = self.model_fit(name)
+        if own is not None or not self.family_sharing:
+            return own
+        wanted = family(name)
+        members = sorted((-f.samples, key) for key, f in self.models.items() if family(key) == wanted)
+        return self.models[members[0][1]] if members else None
+
     def parameters_for(self, name: str) -> tuple[PerfParams, float]:
-        """The ``k``'s and compute rate used for ``name`` (the shared ones if it was not fitted)."""
-        fitted = self.model_fit(name)
+        """The ``k``'s and compute rate used for ``name`` (:meth:`family_fit`, else the shared ones)."""
+        fitted = self.family_fit(name)
         return (fitted.params, fitted.rate) if fitted else (self.shared, self.shared_rate)
 
     def breakdown(self, query: Query, fwd_time_s: float | None = None) -> Breakdown:

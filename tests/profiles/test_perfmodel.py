@@ -30,7 +30,7 @@ from profiles.perfmodel import (
 )
 from profiles.perfmodel.csvio import parse_table
 from profiles.perfmodel.document import FORMAT, from_document, to_document
-from profiles.perfmodel.fit import leave_one_out
+from profiles.perfmodel.fit import family, leave_one_out
 
 DATA = Path(__file__).resolve().parents[2] / "profiles" / "builtin" / "data" / "rubick"
 ENV = Environment()
@@ -255,6 +255,32 @@ def test_a_model_without_samples_gets_the_shared_parameters():
     assert model.parameters_for("llama30") == (model.shared, model.shared_rate)
     t = model.iteration_time_s(q)
     assert t is not None and t > 0
+
+
+def test_family_is_the_name_without_its_trailing_size():
+    assert family("llama7") == family("LLaMA-30B") == family("llama30") == "llama"
+    assert family("gpt2") == "gpt" and family("bert") == "bert" != family("roberta")
+    assert family("7b") == "7b"  # all size: its own family
+
+
+def test_a_model_without_samples_gets_its_fitted_family_members_parameters():
+    llama7 = replace(LLAMA30, name="llama7", params=6.7e9, hidden=4096, layers=32)
+    model = fit_perfmodel(
+        synthetic(BERT) + [replace(m, query=replace(m.query, model=llama7)) for m in synthetic(GPT2)]
+    )
+    sibling = model.model_fit("llama7")
+    assert sibling is not None and model.model_fit("llama30") is None
+    assert model.family_fit("llama30") is sibling
+    assert model.parameters_for("llama30") == (sibling.params, sibling.rate)
+    assert (sibling.params, sibling.rate) != (model.shared, model.shared_rate)
+    q = make_query(LLAMA30, 64, 4, ExecPlan(tp=8, pp=8), nodes=8)
+    assert model.iteration_time_s(q) == pytest.approx(
+        iteration_breakdown(q, sibling.params, sibling.rate, ENV).total
+    )
+    # Switched off, or for a model of another family, the shared parameters as before.
+    unshared = replace(model, family_sharing=False)
+    assert unshared.parameters_for("llama30") == (model.shared, model.shared_rate)
+    assert model.parameters_for("t5") == (model.shared, model.shared_rate)
 
 
 def test_the_fit_needs_seven_samples_and_one_shape_per_model():

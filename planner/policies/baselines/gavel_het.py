@@ -21,10 +21,12 @@ Crius §8.1). A running job moves to another type only if it is elastic (accepts
 types, the pipeline's rule for moving running jobs); a rigid job that accepts any type picks
 its type when it starts.
 
-**The LP** (Gavel §4.1-4.2, ``MaxMinFairnessPolicyWithPerf``): with ``T[j][t]`` the job's
-throughput on its ``s_j`` GPUs of type ``t``, normalised by its throughput under the
-proportional allocation (each type's share of the cluster, Gavel's ``ProportionalPolicy``)
-so jobs of different models compare, ``max-min`` solves::
+**The LP** (Gavel §4.1, heterogeneity-aware LAS): with ``T[j][t]`` the job's throughput on
+its ``s_j`` GPUs of type ``t``, normalised so jobs of different models compare by its throughput
+under the proportional allocation (time on each type in proportion to the type's share of the
+cluster's GPUs, Gavel's ``ProportionalPolicy``, the normaliser of its water-filling policy;
+Gavel's plain ``MaxMinFairnessPolicyWithPerf`` normalises by an equal-share LP's allocation
+instead, which is not unique), ``max-min`` solves::
 
     maximise z  s.t.  z <= s_j * sum_t T[j][t] X[j][t]        for every job j
                       sum_t X[j][t] <= 1                        (time fractions)

@@ -19,7 +19,7 @@ this stage never touches):
 3. **Extra scheduling** of released resources (Algorithm 1 line 12): when no priced job is
    left waiting, running jobs grow (next larger count) or move to another GPU type onto
    idle GPUs, the largest gain first, one step at a time while a step gains
-   (:func:`.search.best_upgrade`).
+   (:func:`.search.upgrade`).
 
 A changed or started job gets its Cell's plan (Cell-guided tuning, §5.2; the job's own plan
 rescaled when the Cell's does not apply) and the GPU-proportional CPUs and memory.
@@ -56,7 +56,7 @@ from planner.policies.common import arrival_key, choice, options_reader
 from planner.policies.crius.cell import CellModel
 from planner.policies.crius.cells import MeasuredCells, candidate_counts, candidate_types
 from planner.policies.crius.deadline import DeadlineRule
-from planner.policies.crius.search import Choice, Limits, Pricing, Shape, World, best_choice, best_upgrade
+from planner.policies.crius.search import Limits, Pricing, Shape, World, best_choice, upgrade
 from planner.policies.placement import ConsolidatedPlacement
 from planner.policies.shaping import proportional_share
 from planner.registry import StageContext
@@ -246,7 +246,7 @@ class CriusAllocation:
         outcomes = dict(draft.outcomes)
         blocked = self._decide(snapshot, handled, jobs, world, pricing, outcomes)
         if not blocked:
-            self._upgrade(handled, jobs, world, pricing)
+            self._upgrade(handled, world, pricing)
         fixed.update(self._backfill(snapshot, ordered, mine, fixed, world, outcomes))
         assignments: dict[str, Assignment] = {}
         for job in ordered:
@@ -357,16 +357,10 @@ class CriusAllocation:
             outcomes[job.id] = Outcome.PLACED
         return out
 
-    def _upgrade(
-        self, handled: Sequence[Job], jobs: Mapping[str, Job], world: World, pricing: Pricing
-    ) -> None:
+    def _upgrade(self, handled: Sequence[Job], world: World, pricing: Pricing) -> None:
         # Each step strictly raises the summed value, so this ends; the bound is a safety net.
-        for _ in range(16 * len(handled) + 16):
-            movable = [j.id for j in handled if j.id in world.held]
-            step = best_upgrade(world, movable, pricing, self.limits)
-            if step is None:
-                return
-            world.apply(Choice((step,)), jobs, pricing)
+        movable = [j.id for j in handled if j.id in world.held]
+        upgrade(world, movable, pricing, self.limits, 16 * len(handled) + 16)
 
     def _assignment(
         self, snapshot: Snapshot, job: Job, world: World, pricing: Pricing, draft: Draft

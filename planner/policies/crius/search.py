@@ -21,12 +21,13 @@ what is left of it (``rem``: remaining reference seconds), so a change must gain
 the restart loses.
 
 :class:`World` is the cluster while a round is planned: free GPUs per node, each priced
-job's shape. It changes only through :meth:`World.apply`; :func:`best_choice` and
-:func:`best_upgrade` only read it.
+job's shape. It changes only through :meth:`World.apply`: :func:`best_choice` only reads
+it, :func:`upgrade` applies its steps.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -511,36 +512,77 @@ def _children(
     return children
 
 
-def best_upgrade(world: World, movable: Sequence[str], pricing: Pricing, limits: Limits) -> Change | None:
-    """The one step that raises throughput most: a held job grown to its next larger count
-    (on its own nodes when they have room, else consolidated elsewhere on its type) or
-    moved to another type at its count, onto idle GPUs; ``None`` when no step gains (one
-    step of the artifact's ``_running_jobs_upgrade_trial``)."""
-    options: list[tuple[float, str, str, int]] = []
+def _upgrade_options(
+    world: World, job_id: str, pricing: Pricing, limits: Limits
+) -> list[tuple[float, str, int]]:
+    """A held job's one-step upgrades that gain: ``(gain, GPU type, count)``."""
+    held = world.held[job_id]
+    shapes: list[tuple[str, int]] = []
+    if limits.counts:
+        larger = [n for n in pricing.counts(held.job) if n > held.shape.count]
+        if larger:
+            shapes.append((held.shape.gpu_type, min(larger)))
+    if limits.types:
+        shapes.extend(
+            (t, held.shape.count)
+            for t in pricing.types(held.job)
+            if t != held.shape.gpu_type and t in world.by_type
+        )
+    out = []
+    for gpu_type, count in shapes:
+        v = pricing.value(held.job, gpu_type, count, held.restart)
+        if v is not None and v - held.value > _EPS:
+            out.append((v - held.value, gpu_type, count))
+    return out
+
+
+def upgrade(
+    world: World, movable: Sequence[str], pricing: Pricing, limits: Limits, max_steps: int
+) -> list[Change]:
+    """Upgrade held jobs onto idle GPUs, one step at a time, the largest gain first, while a
+    step gains (the artifact's ``_running_jobs_upgrade_trial``): a job grown to its next
+    larger count (on its own nodes when they have room, else consolidated elsewhere on its
+    type) or moved to another type at its count. Applies the steps to ``world`` and returns
+    them.
+
+    A step's gain depends only on the job and its new Cell, so the candidates sit in one
+    heap; one that does not fit waits until GPUs of its type are given back (a job moved away
+    from that type, or regrown elsewhere on it), the only way idle GPUs of a type increase
+    here. The result is the plain greedy loop's, without rescanning every job per step.
+    """
+    heap: list[tuple[float, str, str, int, int]] = []
+    version = dict.fromkeys(movable, 0)
+
+    def push(job_id: str) -> None:
+        for gain, gpu_type, count in _upgrade_options(world, job_id, pricing, limits):
+            heapq.heappush(heap, (-gain, job_id, gpu_type, count, version[job_id]))
+
     for job_id in movable:
-        held = world.held[job_id]
-        shapes: list[tuple[str, int]] = []
-        if limits.counts:
-            larger = [n for n in pricing.counts(held.job) if n > held.shape.count]
-            if larger:
-                shapes.append((held.shape.gpu_type, min(larger)))
-        if limits.types:
-            shapes.extend(
-                (t, held.shape.count)
-                for t in pricing.types(held.job)
-                if t != held.shape.gpu_type and t in world.by_type
-            )
-        for gpu_type, count in shapes:
-            v = pricing.value(held.job, gpu_type, count, held.restart)
-            if v is not None and v - held.value > _EPS:
-                options.append((v - held.value, job_id, gpu_type, count))
-    options.sort(key=lambda o: (-o[0], o[1], o[2]))
-    for delta, job_id, gpu_type, count in options:
+        push(job_id)
+    waiting: dict[str, list[tuple[float, str, str, int, int]]] = {}
+    steps: list[Change] = []
+    while heap and len(steps) < max_steps:
+        entry = heapq.heappop(heap)
+        neg_gain, job_id, gpu_type, count, ver = entry
+        if ver != version[job_id]:
+            continue
         held = world.held[job_id]
         shape = _grown(world, held.shape, gpu_type, count)
-        if shape is not None:
-            return Change(job_id, "grow" if gpu_type == held.shape.gpu_type else "move", shape, delta)
-    return None
+        if shape is None:
+            waiting.setdefault(gpu_type, []).append(entry)
+            continue
+        kind = "grow" if gpu_type == held.shape.gpu_type else "move"
+        step = Change(job_id, kind, shape, -neg_gain)
+        relocated = {n for n, _ in shape.per_node} != {n for n, _ in held.shape.per_node}
+        freed = held.shape.gpu_type if kind == "move" or relocated else None
+        world.apply(Choice((step,)), {job_id: held.job}, pricing)
+        steps.append(step)
+        version[job_id] += 1
+        push(job_id)
+        if freed is not None:
+            for again in waiting.pop(freed, []):
+                heapq.heappush(heap, again)
+    return steps
 
 
 def _grown(world: World, shape: Shape, gpu_type: str, count: int) -> Shape | None:

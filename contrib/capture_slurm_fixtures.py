@@ -55,8 +55,8 @@ def capture_pair(env: dict[str, str]) -> None:
     """One moment of the queue as ``squeue --json``, ``squeue --Format`` (what the controller
     reads) and ``scontrol -d show job`` of each running job, for the test that both parsers
     agree: running (one and two nodes, memory per CPU, a name that fakes scontrol's GPU
-    lines), held, requeued, BadConstraints, another partition, CPU-only, completing, ended,
-    hostile names and comments, an array, and task layouts."""
+    lines), held (one of them another user's), requeued, BadConstraints, another partition,
+    CPU-only, completing, ended, hostile names and comments, an array, and task layouts."""
     run(["scancel", "--user=root"], env=env, check=False)
     time.sleep(1)
     w = ["--wrap", "sleep 300"]
@@ -68,6 +68,8 @@ def capture_pair(env: dict[str, str]) -> None:
         sbatch(env, "--hold", "-J", "gpus", "--gpus=2", "-c", "3", "--mem=2G", *w),
         sbatch(env, "--hold", "-J", "cw", "-C", "a100", "-w", "n3", "--gres=gpu:1", *w),
         sbatch(env, "--hold", "-J", HOSTILE_NAME, f"--comment={HOSTILE_COMMENT}", "--gres=gpu:1", *w),
+        # Another user's job (root submits it as 'nobody'): its UserId is not 0.
+        sbatch(env, "--hold", "--uid=nobody", "-D", "/", "-J", "nobodys", "--gres=gpu:1", *w),
         sbatch(env, "--hold", "-J", "arr", "--array=0-2", "--gres=gpu:1", *w),
     ]
     run(["scontrol", "update", f"JobId={held[-1]}_1", "Comment=split"], env=env)  # splits one task out

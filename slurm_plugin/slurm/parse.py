@@ -36,6 +36,8 @@ class SlurmParseError(MosaicError):
 _RANGE = re.compile(r"^(\d{1,9})(?:-(\d{1,9}))?$")
 # More GPU indices than any node has: a range like 0-100000000000 is refused, not built.
 MAX_GPU_INDICES = 4096
+MAX_UID = 0xFFFFFFFF
+"""uid_t is 32 bits and ``(uid_t) -1`` is no user: a user id is below this."""
 
 
 def expand_hostlist(text: str) -> tuple[str, ...]:
@@ -189,6 +191,7 @@ class SlurmJob:
     tasks_per_node: int = 0  # --ntasks-per-node (0: not asked)
     gpus_per_task: int = 0  # --gpus-per-task (Slurm then refuses GPU updates)
     gpus_per_job: int = 0  # --gpus (likewise)
+    user_id: int | None = None  # the job's user (None: not known); must own its status directory
 
     @property
     def held(self) -> bool:
@@ -265,7 +268,15 @@ def _job(raw: Mapping[str, Any]) -> SlurmJob:
         tasks_per_node=r.get("tasks_per_node", int, 0),
         gpus_per_task=gres_counts(r.get("tres_per_task", str, "")).get("gpu", 0),
         gpus_per_job=gres_counts(r.get("tres_per_job", str, "")).get("gpu", 0),
+        user_id=_json_uid(r),
     )
+
+
+def _json_uid(r: _Reader) -> int | None:
+    uid: int | None = r.get("user_id", int)
+    if uid is not None and not 0 <= uid < MAX_UID:
+        raise SlurmParseError(f"{r.where}: 'user_id' is {uid}, not a user id")
+    return uid
 
 
 # -- squeue --noheader --Format text ------------------------------------------------------
@@ -291,6 +302,7 @@ SQUEUE_FIELDS = (
     "RestartCnt",
     "NumTasks",
     "NTPerNode",
+    "UserId",
     "Name",
     "Comment",
     "admin_comment",
@@ -345,6 +357,7 @@ def parse_squeue_text(
 
 _EMPTY = frozenset({"", "(null)", "N/A"})
 _NO_VAL = 0xFFFFFFFE
+_UID = re.compile(r"[0-9]{1,10}")
 _COUNTS = frozenset({"NumTasks", "NTPerNode", "NumCPUs", "NumNodes", "RestartCnt"})
 _F = {name: k for k, name in enumerate(SQUEUE_FIELDS)}
 
@@ -408,7 +421,17 @@ def _text_job(job_id: str, cells: list[str]) -> SlurmJob:
         tasks_per_node=integer("NTPerNode"),
         gpus_per_task=_gres(text("tres-per-task"))[0],
         gpus_per_job=_gres(text("tres-per-job"))[0],
+        user_id=_text_uid(cells[_F["UserId"]], where),
     )
+
+
+def _text_uid(value: str, where: str) -> int:
+    """squeue 22.05's ``UserId`` column: the bare number (``1001``; scontrol's ``name(1001)``
+    form is not what squeue prints). Anything else is refused: this number decides whose
+    status directory the controller trusts."""
+    if _UID.fullmatch(value) is None or int(value) >= MAX_UID:
+        raise SlurmParseError(f"{where}: UserId is {value[:40]!r}, expected a numeric user id")
+    return int(value)
 
 
 @lru_cache(maxsize=1024)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -68,6 +69,8 @@ def test_text_reads_every_job_as_json_does():
     assert any(j.mem_mb_per_cpu for j in text if j.state == "RUNNING")
     assert any(j.reason == "BadConstraints" for j in text)
     assert any(j.gpus_per_task for j in text) and any(j.gpus_per_job for j in text)
+    # user_id is compared with the rest: root's jobs and one of another user ('nobody').
+    assert {j.user_id for j in text} == {0, 65534}
 
 
 def test_hostile_names_and_comments_come_through_whole():
@@ -115,6 +118,7 @@ def row(**values: str) -> str:
             "admin_comment": "(null)",
             "tres-per-task": "N/A",
             "tres-per-job": "N/A",
+            "UserId": "1001",
         }
     )
     base.update(values)
@@ -129,6 +133,7 @@ def test_a_record_reads_like_json():
     assert (j.id, j.state, j.held, j.gpus_per_node, j.cpus, j.mem_mb_per_node, j.mem_mb_per_cpu) == (
         "42", "PENDING", True, 2, 4, 2048, None,
     )  # fmt: skip
+    assert j.user_id == 1001
     assert (j.comment, j.admin_comment, j.features, j.start_time, j.submit_time) == (
         "",
         "",
@@ -178,6 +183,31 @@ def test_bad_text_is_refused_with_where():
     with pytest.raises(SlurmParseError, match="job 42: no SubmitTime"):
         parse_squeue_text(row(SubmitTime="N/A"), SEP)
     assert parse_squeue_text("", SEP) == []
+
+
+@pytest.mark.parametrize(
+    "uid", ["", "N/A", "root(0)", "root", "-1", " 7", "7 ", "1e3", "٣", "4294967295", "12345678901"]
+)
+def test_a_user_id_that_is_not_a_plain_uid_is_refused(uid):
+    # squeue 22.05 prints --Format=UserId as the bare number (scontrol: 'root(0)'). This
+    # number decides whose status directory the controller trusts: nothing else is guessed at.
+    with pytest.raises(
+        SlurmParseError, match=f"job 42: UserId is {re.escape(repr(uid))}, expected a numeric"
+    ):
+        parse_squeue_text(row(UserId=uid), SEP)
+
+
+def test_user_id_reads_from_json_and_is_checked():
+    doc = json.loads((DATA / "squeue_pair.json").read_text())
+    doc["jobs"] = doc["jobs"][:1]
+    (j,) = parse_squeue_json(json.dumps(doc))
+    assert j.user_id == doc["jobs"][0]["user_id"]
+    del doc["jobs"][0]["user_id"]
+    assert parse_squeue_json(json.dumps(doc))[0].user_id is None  # unknown: not checked
+    for bad in (-1, 2**32 - 1, "0", True):
+        doc["jobs"][0]["user_id"] = bad
+        with pytest.raises(SlurmParseError, match="'user_id' is"):
+            parse_squeue_json(json.dumps(doc))
 
 
 def test_squeue_argv_puts_the_separator_after_every_field():

@@ -403,14 +403,26 @@ TRACE = """job_id,submit_time_s,num_gpus,duration_s,model,batch_size,gpu_type
 """
 
 
-def _run(name: str, text: str = TRACE, cluster=CLUSTER):
+def _run(name: str, text: str = TRACE, cluster=CLUSTER, **options):
     cfg = preset(name)
+    if options:
+        cfg = cfg.with_overrides(options={"reconfiguration": {**cfg.options["reconfiguration"], **options}})
     return simulate(cluster, parse_trace(text), build_scheduler(cfg), SimConfig(trigger=cfg.trigger))
 
 
-@pytest.mark.parametrize("name", ["crius", "crius-ddl", "fifo"])
-def test_a_small_crius_trace_finishes(name):
-    result = _run(name)
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("crius", {}),
+        ("crius", {"estimate": "agile"}),
+        ("crius", {"scale_counts": False, "depth": 1}),
+        ("crius", {"scale_types": False}),
+        ("crius-ddl", {}),
+        ("fifo", {}),
+    ],
+)
+def test_a_small_crius_trace_finishes(name, options):
+    result = _run(name, **options)
     assert result.summary["finished"] == 8
 
 

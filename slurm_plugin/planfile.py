@@ -16,8 +16,13 @@
 heartbeats (``heartbeat.jsonl``, one JSON object per line, ``progress`` in 0..1 when the job
 knows it) and the checkpoint marker (``checkpoint.json`` with ``time``), written after a
 checkpoint signal. :func:`read_checkpoint_marker`, :func:`read_heartbeats`,
-:func:`checkpoint_time` and :func:`last_progress` are the controller's readers; the first
-two can insist that the job's user owns the directory.
+:func:`checkpoint_time` and :func:`last_progress` are the controller's readers. Given the
+job's uid (``owner_uid``: ``squeue``'s ``UserId``, :attr:`SlurmJob.user_id
+<slurm_plugin.slurm.parse.SlurmJob.user_id>`) each insists that the job's user owns the
+directory: ``status/`` is world-writable, so anyone could create the directory of a job id
+not yet used and fake that job's progress or checkpoint marker. The first two raise on a
+directory they cannot trust; the last two, which the controller's tick calls, read it as
+empty and log why once per job.
 """
 
 from __future__ import annotations
@@ -167,14 +172,36 @@ def read_heartbeats(spool: str | Path, job_id: str, owner_uid: int | None = None
     return [] if directory is None else list(status.read_records(directory / status.HEARTBEATS))
 
 
+IGNORED_LOGGED_MAX = 4096
+"""How many (job, reason) pairs :func:`_quiet_status_dir` remembers having logged."""
+_ignored_logged: dict[tuple[str, str], None] = {}
+
+
 def _quiet_status_dir(spool: str | Path, job_id: str, owner_uid: int | None) -> Path | None:
-    """The job's status directory if it can be trusted, else ``None`` (logged): the
-    controller's tick reads it and must not fail on what a job put there."""
+    """The job's status directory if it can be trusted, else ``None``: the controller's tick
+    reads it and must not fail on what a job (or another user) put there.
+
+    Why a directory is ignored is logged once per job and reason, not on every read: the
+    tick reads every running job's progress and the actuator polls a stopping job's marker
+    several times a second, and a directory planted by another user stays there. The memory
+    of what was logged is bounded (the oldest is forgotten first)."""
     try:
         return _trusted_status_dir(spool, job_id, owner_uid)
-    except PlanFileError as e:
-        log.warning("job %s: status ignored: %s", job_id, e)
+    except (PlanFileError, OSError) as e:
+        log_status_ignored(spool, job_id, e)
         return None
+
+
+def log_status_ignored(spool: str | Path, job_id: str, why: object) -> None:
+    """Log that the job's status directory is ignored, and ``why``, unless that was logged
+    already for this job and reason (the controller's readers share this memory)."""
+    key = (str(Path(spool)), f"{job_id}: {why}")
+    if key in _ignored_logged:
+        return
+    if len(_ignored_logged) >= IGNORED_LOGGED_MAX:
+        del _ignored_logged[next(iter(_ignored_logged))]
+    _ignored_logged[key] = None
+    log.warning("job %s: status ignored: %s", job_id, why)
 
 
 def checkpoint_time(spool: str | Path, job_id: str, owner_uid: int | None = None) -> float | None:

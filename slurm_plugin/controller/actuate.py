@@ -190,6 +190,7 @@ class Actuator:
             return
         signalled_at = self.clock()
         running: list[Action] = []
+        owners: dict[str, int | None] = {}  # whose status directory holds each job's marker
         states = self._states()
         for a in stops:
             sj = states.get(a.job_id)
@@ -202,7 +203,8 @@ class Actuator:
             except SlurmError as e:
                 log.warning("job %s: checkpoint signal failed: %s", a.job_id, e)
             running.append(a)
-        self._wait_checkpoints([a.job_id for a in running], signalled_at)
+            owners[a.job_id] = sj.user_id
+        self._wait_checkpoints(owners, signalled_at)
         states = self._states()
         # A job may keep running after its checkpoint, or exit once it is saved (mosaic-run
         # does). Slurm requeues a finished batch job too, so one that exited *after writing
@@ -212,7 +214,10 @@ class Actuator:
             a
             for a in running
             if a.job_id in states
-            and (states[a.job_id].holds_resources or self._checkpointed_since(a.job_id, signalled_at))
+            and (
+                states[a.job_id].holds_resources
+                or self._checkpointed_since(a.job_id, signalled_at, owners[a.job_id])
+            )
             and not states[a.job_id].is_pending
         ]
         ids = [a.job_id for a in to_requeue]
@@ -232,17 +237,20 @@ class Actuator:
                 self._audit(a, round_id, f"{a.reason}: stopped")
                 self._done(a, round_id, result)
 
-    def _checkpointed_since(self, job_id: str, since: float) -> bool:
-        marked = planfile.checkpoint_time(self.config.spool_dir, job_id)
+    def _checkpointed_since(self, job_id: str, since: float, owner_uid: int | None) -> bool:
+        """Did the job write a checkpoint marker at ``since`` or later? Only a marker in a
+        status directory its user owns counts (``owner_uid``; ``None``: not checked)."""
+        marked = planfile.checkpoint_time(self.config.spool_dir, job_id, owner_uid)
         return marked is not None and marked >= since - 1.0
 
-    def _wait_checkpoints(self, job_ids: list[str], since: float) -> None:
-        """Until every job wrote a checkpoint marker newer than ``since``, exited, or the grace ran out."""
+    def _wait_checkpoints(self, owners: Mapping[str, int | None], since: float) -> None:
+        """Until every job (by id, with its user's uid) wrote a checkpoint marker newer than
+        ``since``, exited, or the grace ran out."""
         deadline = self.clock() + self.config.checkpoint_grace_s
-        waiting = set(job_ids)
+        waiting = set(owners)
         while waiting:
             for job_id in list(waiting):
-                if self._checkpointed_since(job_id, since):
+                if self._checkpointed_since(job_id, since, owners[job_id]):
                     waiting.discard(job_id)
             if not waiting or self.clock() >= deadline:
                 break

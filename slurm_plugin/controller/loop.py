@@ -134,7 +134,7 @@ class Observer:
             if sj.state in RUNNING_STATES and sj.start_time is not None:
                 since = max(record.accounted_until_s or sj.start_time, sj.start_time)
                 gpus = sj.gpus_held_per_node * max(1, len(sj.nodes))
-                progress = planfile.last_progress(self.config.spool_dir, sj.id)
+                progress = planfile.last_progress(self.config.spool_dir, sj.id, sj.user_id)
                 updates[sj.id] = (
                     record.attained_gpu_s + gpus * max(0.0, now - since),
                     progress if progress is not None else record.progress,

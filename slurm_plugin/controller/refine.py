@@ -20,13 +20,14 @@ so are jobs that name no model (``#MOSAIC --model``): black boxes scheduled unde
 default model name are different programs, whose rates must not make one curve.
 
 Heartbeats are written by the job, in a directory the job owns: they are untrusted. A
-status directory that is a link, not a directory, or (when ``owner_uid`` tells the job's
-user) owned by someone else is ignored; only the last :data:`TAIL_BYTES` of the file are
-read (never a FIFO or a device, :func:`wrapper.status.read_job_file`) and, from its end,
-at most :data:`MAX_LINES` lines parsed (:func:`newest_run_records`); lines that are not
+status directory that is a link, not a directory, or owned by another user than the job's
+(squeue's ``UserId``, when known) is ignored; only the last :data:`TAIL_BYTES` of the file
+are read (never a FIFO or a device, :func:`wrapper.status.read_job_file`) and, from its
+end, at most :data:`MAX_LINES` lines parsed (:func:`newest_run_records`); lines that are not
 JSON objects, and rates that are not positive finite numbers or exceed
-:data:`MAX_SAMPLES_PER_S`, are skipped. Each such problem is logged once per job run; none
-fails the tick.
+:data:`MAX_SAMPLES_PER_S`, are skipped. Bad rates are logged once per job run, an ignored
+directory once per job and reason (with the tick's other readers,
+:func:`slurm_plugin.planfile.log_status_ignored`); none fails the tick.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from planner.pipeline import Scheduler
 from profiles.observed import ObservedPoint, Shape, refine_store
 from profiles.schema import plan_key
 from profiles.store import ProfileStore
+from slurm_plugin import planfile
 from slurm_plugin.controller.observe import Observation
 from slurm_plugin.slurm.parse import SlurmJob
 from slurm_plugin.store import Store
@@ -180,13 +182,18 @@ def run_rate(
     return statistics.median(rates[-HEARTBEATS_USED:]), bad
 
 
+def _job_user(sj: SlurmJob) -> int | None:
+    return sj.user_id
+
+
 class Refiner:
     """Records observed throughput each tick and builds the round's scheduler on it.
 
     ``build`` makes a scheduler for a profile store (``build_scheduler(config, store)``);
     ``base`` is the store without observations (built-in plus the site's documents);
     ``owner_uid(job)`` is the uid that must own a job's status directory (``None``: not
-    checked, as Slurm's job records here do not carry the user).
+    checked); by default the job's user as squeue shows it (:attr:`SlurmJob.user_id`), so a
+    directory another user created for the job's id before it ran is ignored.
     """
 
     def __init__(
@@ -206,7 +213,7 @@ class Refiner:
         self.build = build
         self.spool = Path(spool)
         self.keep = keep
-        self.owner_uid = owner_uid or (lambda sj: None)
+        self.owner_uid = owner_uid or _job_user
         self.profiles = base
         self._scheduler: Scheduler | None = None
         self._basis: tuple[ObservedPoint, ...] | None = None
@@ -253,7 +260,7 @@ class Refiner:
         try:
             lines = read_heartbeat_lines(self.spool, sj.id, self.owner_uid(sj))
         except HeartbeatError as e:
-            self._log_once(sj.id, version, "status", "job %s: heartbeats ignored: %s", sj.id, e)
+            planfile.log_status_ignored(self.spool, sj.id, e)  # once per job and reason
             return None
         records = newest_run_records(lines, version)
         rate, bad = run_rate(records, version, sj.start_time)

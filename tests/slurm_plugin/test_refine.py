@@ -54,6 +54,7 @@ def _job(job_id: str, state: str, cpus: int, gpu: int | None = None, model: str 
         submit_time=T0 - 100 + int(job_id),
         start_time=T0 if running else None,
         comment=encode_comment({"model": model}),
+        user_id=os.getuid(),  # the user who writes the test's status directories
     )
 
 
@@ -239,16 +240,20 @@ def test_bad_heartbeats_are_ignored_with_one_log_line(config: ControllerConfig, 
     with (status / "15" / "heartbeat.jsonl").open("a") as f:
         f.write("".join(json.dumps({"event": "heartbeat", "time": T0 + 1e5 + k, "plan_version": 1,
                                     "samples_per_s": 50.0}) + "\n" for k in range(6)))  # fmt: skip
-    caplog.set_level(logging.WARNING, logger="slurm_plugin.controller.refine")
+    loggers = {"slurm_plugin.controller.refine", "slurm_plugin.planfile"}
+    for name in loggers:
+        caplog.set_level(logging.WARNING, logger=name)
     controller = _controller(config, slurm, store, refine=True)
     for _ in range(3):
         assert controller.tick().ok
     assert [p.job_id for p in store.observations()] == ["15"]
     assert store.observations()[0].samples_per_s_per_gpu == 50.0
-    messages = [r.getMessage() for r in caplog.records if r.name == "slurm_plugin.controller.refine"]
-    assert len(messages) == 2, messages  # one per job, not one per tick or per line
+    messages = [r.getMessage() for r in caplog.records if r.name in loggers]
+    # One per job, not one per tick, per line or per reader (progress and heartbeats both
+    # read job 12's directory).
+    assert len(messages) == 2, messages
     assert any("job 11: 5 heartbeat(s)" in m for m in messages)
-    assert any("job 12: heartbeats ignored" in m and "not a directory" in m for m in messages)
+    assert any("job 12: status ignored" in m and "not a directory" in m for m in messages)
 
 
 def test_a_status_directory_of_another_user_is_refused(tmp_path: Path) -> None:

@@ -42,3 +42,19 @@ def test_srun_profile_pins_each_run_and_writes_the_cpu_curve(live, tmp_path, cap
         lambda: "mosaic-profile" not in run(["squeue", "-h", "-o", "%j"], env=live.env).stdout,
         timeout_s=30.0,
     )
+
+
+def test_srun_plan_samples_start_their_ranks_inside_one_step(live, tmp_path, capsys):
+    out = tmp_path / "plans.json"
+    code = profile(
+        str(job(tmp_path)), "--slurm-conf", str(live.layout.conf), "--partition", "other",
+        "--cpus", "2", "--plans", "--model-shape", "10,128,256,4",
+        "--run-s", "0.6", "--heartbeat-s", "0.2", "--start-timeout-s", "60", "--out", str(out), "--json",
+    )  # fmt: skip
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["plan_samples"] == 7 and (tmp_path / "plans.perfmodel.json").exists()
+    for run_dir in (tmp_path / "plans.json.runs").glob("plan-r2t1*"):
+        beat = [b for b in records(run_dir) if b.get("event") == "heartbeat"][-1]
+        # Two ranks started by mosaic-run inside the one-task step, under the sampled plan.
+        assert beat["ranks"] == 2 and json.loads(str(beat["plan_seen"]))["dp"] == 2

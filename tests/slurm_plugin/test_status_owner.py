@@ -29,6 +29,7 @@ from slurm_plugin.store import Store
 from tests.slurm_plugin.test_controller_loop import FakeSlurm, SteppedClock
 from tests.slurm_plugin.test_refine import T0, Cluster, _beats, _controller, _job, _known
 from wrapper import status
+from wrapper.plandoc import PlanFileError
 
 JOB_UID = 4242  # the job's user
 OTHER_UID = 4343  # a user who created the job's status directory before it ran
@@ -57,11 +58,9 @@ def test_the_readers_ignore_a_directory_another_user_owns(tmp_path: Path) -> Non
     directory = _plant(spool, "42", OTHER_UID)
     assert planfile.last_progress(spool, "42", JOB_UID) is None
     assert planfile.checkpoint_time(spool, "42", JOB_UID) is None
-    with pytest.raises(
-        planfile.PlanFileError, match=f"owned by uid {OTHER_UID}, not the job's user {JOB_UID}"
-    ):
+    with pytest.raises(PlanFileError, match=f"owned by uid {OTHER_UID}, not the job's user {JOB_UID}"):
         planfile.read_heartbeats(spool, "42", JOB_UID)
-    with pytest.raises(planfile.PlanFileError, match="not the job's user"):
+    with pytest.raises(PlanFileError, match="not the job's user"):
         planfile.read_checkpoint_marker(spool, "42", JOB_UID)
     # A job whose user is not known (None) is read as before.
     assert planfile.last_progress(spool, "42", None) == 0.9

@@ -149,7 +149,10 @@ def add_parser(
         "--slurm-conf", metavar="FILE", help="SLURM_CONF for srun (the test cluster's etc/slurm.conf)"
     )
     p.add_argument(
-        "--mem-gb", type=float, metavar="GB", help="memory of each run (default: the script's --mem, else 4)"
+        "--mem-gb",
+        type=float,
+        metavar="GB",
+        help="srun's --mem for each run (default: the script's --mem, else 4; --local sets no memory limit)",
     )
     p.add_argument(
         "--run-s",

@@ -429,8 +429,17 @@ def _text_uid(value: str, where: str) -> int:
     """squeue 22.05's ``UserId`` column: the bare number (``1001``; scontrol's ``name(1001)``
     form is not what squeue prints). Anything else is refused: this number decides whose
     status directory the controller trusts."""
-    if _UID.fullmatch(value) is None or int(value) >= MAX_UID:
+    uid = _uid(value)
+    if uid is None:
         raise SlurmParseError(f"{where}: UserId is {value[:40]!r}, expected a numeric user id")
+    return uid
+
+
+@lru_cache(maxsize=1024)
+def _uid(value: str) -> int | None:
+    """A cluster has few users, hence the cache (a parse of a new queue reads every job)."""
+    if _UID.fullmatch(value) is None or int(value) >= MAX_UID:
+        return None
     return int(value)
 
 

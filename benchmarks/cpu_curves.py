@@ -17,15 +17,16 @@ Configurations: ``image-cnn`` (one loader worker per CPU, the default), ``image-
 runs are interleaved (repeat, then CPU count, then configuration), so a change in the load
 other processes put on the machine spreads over all of them; the load average is recorded
 around each run (``--quiet-load L`` waits before each run, up to ``--quiet-wait-s``, for it
-to fall below L). Besides the wall-clock throughput, each run records the CPU time its
-processes used over the timed window: ``cores_busy`` (CPU-seconds per second) and
-``samples_per_cpu_s``, which other processes' load does not change much. Writes
+to fall below L; ``--nice -10`` gives the runs priority over the other processes). Besides
+the wall-clock throughput, each run records the CPU time its processes used over the timed
+window: ``cores_busy`` (CPU-seconds per second) and ``samples_per_cpu_s``. Writes
 ``benchmarks/results/cpu_curves.json`` and, when matplotlib is installed, ``cpu_curves.png``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import statistics
@@ -77,7 +78,7 @@ def measure(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=lambda: os.sched_setaffinity(0, cores),  # noqa: PLW1509 - one syscall before exec
+        preexec_fn=lambda: _pin(cores, args.nice),  # noqa: PLW1509 - two syscalls before exec
     )
     seen: list[tuple[dict[str, Any], float]] = []  # (heartbeat, the run's CPU seconds when we saw it)
     try:
@@ -133,6 +134,12 @@ def measure(
         "load_avg_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "summary_line": summary,
     }
+
+
+def _pin(cores: list[int], nice: int) -> None:
+    os.sched_setaffinity(0, cores)
+    if nice:
+        os.nice(nice)
 
 
 def wait_for_quiet(threshold: float | None, limit_s: float) -> float | None:
@@ -229,13 +236,20 @@ def plot(result: dict[str, Any], path: Path) -> bool:
         ax.grid(alpha=0.3)
     right.legend(fontsize=8)
     machine = result.get("machine", {})
+    loads = [v for r in result["runs"] for v in r["load_avg_before_after"]]
     fig.suptitle(
-        f"CPU training examples on {machine.get('cpu', 'this machine')} ({machine.get('cores')} cores)"
+        f"CPU training examples on {machine.get('cpu', 'this machine')} ({machine.get('cores')} cores; "
+        f"load average {min(loads):.1f}-{max(loads):.1f} during the runs)"
     )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def replot(path: Path) -> None:
+    """Draw a result file's PNG again, beside it."""
+    plot(json.loads(path.read_text()), path.with_suffix(".png"))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -258,9 +272,17 @@ def main(argv: list[str] | None = None) -> None:
         help="before each run, wait (up to --quiet-wait-s) until the 1-minute load average is below this",
     )
     parser.add_argument("--quiet-wait-s", type=float, default=300.0)
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        help="niceness of the runs (negative, as root: the runs take their cores from other processes)",
+    )
     parser.add_argument("--data", help="the image example's data cache (default: the example's)")
     parser.add_argument("--name", default="cpu_curves", help="result file name (without .json)")
     args = parser.parse_args(argv)
+    # Killed with TERM: unwind (the run's ``finally`` kills the example it started), never orphan it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     cpu_counts = parse_cpus(args.cpus, len(allowed))
     labels = [c for c in args.configs.split(",") if c]
     unknown = [c for c in labels if c not in CONFIGS]
@@ -292,6 +314,7 @@ def main(argv: list[str] | None = None) -> None:
         "run_s": args.run_s,
         "warmup_s": args.warmup_s,
         "heartbeat_s": args.heartbeat_s,
+        "nice": args.nice,
         "repeats": args.repeats,
         "curves": curves(runs),
         "runs": runs,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from planner.errors import InputError
+from tests.wrapper.jobs import run_mosaic_run
 from wrapper import examples, status
 
 # Small shapes, so that each example's three runs take seconds (the defaults are for profiling).
@@ -47,7 +48,7 @@ def test_bad_cpus_steps_or_batch_are_refused(cpus, steps, batch, what):
         examples.example_command("image-cnn", cpus, steps, batch=batch)
 
 
-def test_plain_command_pins_cpus_and_passes_the_data_dir(tmp_path):
+def test_plain_command_carries_cpus_batch_seed_and_data_dir(tmp_path):
     argv = examples.example_command(
         "image-cnn", 3, 40, data_dir=tmp_path, seed=5, extra_args=["--crop", "64"]
     )
@@ -152,3 +153,21 @@ def test_plain_run_reports_heartbeats_where_told_and_refuses_too_many_cpus(tmp_p
     argv = examples.example_command(name, too_many, 3, extra_args=SMALL[name])
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and f"--cpus {too_many}: this process may use only" in done.stderr
+
+
+@pytest.mark.jobs
+def test_image_example_stops_at_a_checkpoint_signal_with_its_loader_workers_running(tmp_path):
+    # mosaic-run signals the rank's whole process group: the loader worker must not die of
+    # USR1 (the step would fail); the trainer saves at the end of its step and exits 0.
+    name = "image-cnn"
+    log = tmp_path / "loss.jsonl"
+    argv = examples.example_command(
+        name, 1, 1000, local=False, batch=BATCH, data_dir=tmp_path / "data",
+        extra_args=[*SMALL[name], "--loss-log", str(log)],
+    )  # fmt: skip
+    env = _env(tmp_path, "sig")
+    code, err, marker = run_mosaic_run(argv, env, log, tmp_path / "spool-sig", "local", signal_after=2)
+    assert code == 0, err[-3000:]
+    assert marker is not None and marker["signal"] == "SIGUSR1" and marker["step"] >= 2
+    beats = [r for r in _records(tmp_path, "sig") if r["event"] == "heartbeat"]
+    assert beats[-1]["step"] == marker["step"] and beats[-1]["loader_workers"] == 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -73,6 +74,7 @@ def setup(spool: Path, count: int, lines: int) -> tuple[Observer, Refiner]:
                 gpu_indices=((name, (k % 8,)),),
                 start_time=T0,
                 comment=encode_comment({"model": MODELS[(k // 2) % len(MODELS)]}),
+                user_id=os.getuid(),  # who writes the heartbeat logs: the controller trusts them
             )
         )
     config = ControllerConfig(spool_dir=spool)

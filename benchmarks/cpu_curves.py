@@ -136,6 +136,65 @@ def measure(
     }
 
 
+STAGE_PROBE = r"""
+import json, sys, time
+from pathlib import Path
+import torch
+import torch.nn.functional as F
+sys.path.insert(0, sys.argv[1])
+import image_cnn, text_transformer
+torch.set_num_threads(1)
+spec = image_cnn.data_spec(2000, 256, 10)
+data = Path(sys.argv[2]) if sys.argv[2] else image_cnn.default_data_dir(spec)
+labels = image_cnn.prepare_data(data, spec)
+ds = image_cnn.JpegDataset(data, labels, 96, 0)
+t = time.process_time()
+items = [ds[(i % len(labels), i)] for i in range(256)]
+decode = (time.process_time() - t) / 256
+def step_cost(model, batch_fn, n):
+    opt = torch.optim.Adam(model.parameters())
+    for k in range(n + 2):
+        if k == 2:
+            t = time.process_time()
+        opt.zero_grad(); batch_fn(model).backward(); opt.step()
+    return (time.process_time() - t) / n
+x = torch.stack([a for a, _ in items[:32]]); y = torch.tensor([b for _, b in items[:32]])
+cnn = step_cost(image_cnn.build_model(10, 8), lambda m: F.cross_entropy(m(x), y), 20) / 32
+corpus = text_transformer.make_corpus(256, 64, 256)[:16]
+lm = text_transformer.TinyLM(256, 64, 128, 2, 4)
+def lm_loss(m):
+    return F.cross_entropy(m(corpus[:, :-1]).reshape(-1, 256), corpus[:, 1:].reshape(-1))
+text = step_cost(lm, lm_loss, 10) / 16
+print(json.dumps({"image_decode_augment": decode, "image_train_step": cnn, "text_train_step": text}))
+"""
+
+
+def stage_costs(data: Path | None, core: int) -> dict[str, Any]:
+    """CPU milliseconds per sample of each stage, measured with process CPU time on one core
+    (contention stretches the wall clock, hardly the CPU time), and the throughput they imply
+    on dedicated cores: the image example with N loader workers at most N / (decode + step)
+    and never more than 1 / step; the language example 1 / step at any N. Derived, not measured."""
+    examples_dir = examples.example_script("image-cnn").parent
+    done = subprocess.run(
+        [sys.executable, "-c", STAGE_PROBE, str(examples_dir), str(data or "")],
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=lambda: os.sched_setaffinity(0, [core]),
+    )
+    seconds = json.loads(done.stdout.strip().splitlines()[-1])
+    ms = {k: round(v * 1000, 3) for k, v in seconds.items()}
+    decode, step, text = (seconds[k] for k in ("image_decode_augment", "image_train_step", "text_train_step"))
+    return {
+        "cpu_ms_per_sample": ms,
+        "derived_dedicated_samples_per_s": {
+            "image-cnn": {str(n): round(min(n / (decode + step), 1 / step), 1) for n in (1, 2, 4, 8, 16)},
+            "text-transformer": {str(n): round(1 / text, 1) for n in (1, 2, 4, 8, 16)},
+        },
+        "image_saturates_at_cpus": round((decode + step) / step, 1),
+    }
+
+
 def _pin(cores: list[int], nice: int) -> None:
     os.sched_setaffinity(0, cores)
     if nice:
@@ -280,7 +339,19 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--data", help="the image example's data cache (default: the example's)")
     parser.add_argument("--name", default="cpu_curves", help="result file name (without .json)")
+    parser.add_argument(
+        "--stage-costs-only",
+        action="store_true",
+        help="only measure the stages' CPU cost per sample and add it to the existing result file",
+    )
     args = parser.parse_args(argv)
+    if args.stage_costs_only:
+        path = RESULTS / f"{args.name}.json"
+        result = json.loads(path.read_text())
+        result["stage_costs"] = stage_costs(Path(args.data) if args.data else None, allowed[0])
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result["stage_costs"], indent=2))
+        return
     # Killed with TERM: unwind (the run's ``finally`` kills the example it started), never orphan it.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     cpu_counts = parse_cpus(args.cpus, len(allowed))
@@ -317,6 +388,7 @@ def main(argv: list[str] | None = None) -> None:
         "nice": args.nice,
         "repeats": args.repeats,
         "curves": curves(runs),
+        "stage_costs": stage_costs(data, allowed[0]),
         "runs": runs,
     }
     write_result(args.name, result)

@@ -13,11 +13,18 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 import numpy as np
 
 from wrapper import runtime
+
+
+def fail(message: str) -> NoReturn:
+    """Stop on bad input: one line naming the script and what is wrong, exit status 2."""
+    sys.stderr.write(f"{Path(sys.argv[0]).name}: error: {message}\n")
+    raise SystemExit(2)
 
 
 def take_cpus(requested: int | None, local_world_size: int = 1) -> int:
@@ -33,9 +40,9 @@ def take_cpus(requested: int | None, local_world_size: int = 1) -> int:
     allowed = sorted(os.sched_getaffinity(0))
     if requested is not None:
         if requested < 1:
-            raise SystemExit(f"--cpus: expected a positive number of CPUs, got {requested}")
+            fail(f"--cpus: expected a positive number of CPUs, got {requested}")
         if requested > len(allowed):
-            raise SystemExit(
+            fail(
                 f"--cpus {requested}: this process may use only {len(allowed)} CPU(s) ({allowed}); "
                 "ask for fewer or start it with a wider affinity"
             )
@@ -74,22 +81,20 @@ def batch_split(rt: runtime.Runtime, batch: int | None, default: int) -> tuple[i
         micro, accum, global_batch = rt.plan.micro_batch, rt.plan.grad_accum, rt.plan.global_batch
         assert micro is not None and accum is not None and global_batch is not None
         if batch is not None and batch != global_batch:
-            raise SystemExit(
+            fail(
                 f"--batch {batch}: mosaic-run's plan has global batch {global_batch} "
                 "(give mosaic-run --global-batch, or drop --batch)"
             )
         return micro, accum, global_batch
     if rt.world_size > 1:
-        raise SystemExit(
-            "more than one rank needs a plan: run under mosaic-run --framework torch --global-batch N"
-        )
+        fail("more than one rank needs a plan: run under mosaic-run --framework torch --global-batch N")
     size = default if batch is None else batch
     return size, 1, size
 
 
 def check_checkpointing(rt: runtime.Runtime, every: int) -> None:
     if every and rt.checkpoint_dir is None:
-        raise SystemExit("--checkpoint-every: no MOSAIC_CHECKPOINT_DIR to write to; run under mosaic-run")
+        fail("--checkpoint-every: no MOSAIC_CHECKPOINT_DIR to write to; run under mosaic-run")
 
 
 def end_of_step(
@@ -127,7 +132,7 @@ def check_positive(args: argparse.Namespace, *names: str) -> None:
     for name in names:
         value = getattr(args, name)
         if value is not None and value < 1:
-            raise SystemExit(f"--{name.replace('_', '-')}: expected a positive integer, got {value}")
+            fail(f"--{name.replace('_', '-')}: expected a positive integer, got {value}")
 
 
 def stream_position(step: int, global_batch: int, rank_offset: int) -> int:

@@ -49,6 +49,7 @@ from example_common import (
     check_positive,
     common_arguments,
     end_of_step,
+    fail,
     print_summary,
     take_cpus,
 )
@@ -117,13 +118,13 @@ def prepare_data(directory: Path, spec: dict[str, int]) -> list[int]:
     if manifest.is_file():
         found = json.loads(manifest.read_text())
         if found.get("spec") != spec:
-            raise SystemExit(
+            fail(
                 f"--data {directory}: holds images generated as {found.get('spec')}, not {spec}; "
                 "give another directory"
             )
         return [int(v) for v in found["labels"]]
     if directory.exists() and any(directory.iterdir()):
-        raise SystemExit(f"--data {directory}: not empty and has no manifest.json; give another directory")
+        fail(f"--data {directory}: not empty and has no manifest.json; give another directory")
     directory.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
@@ -273,7 +274,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     check_positive(args, "steps", "batch", "threads", "images", "size", "classes", "crop", "width")
     if args.workers is not None and args.workers < 0:
-        raise SystemExit(f"--workers: expected 0 or more, got {args.workers}")
+        fail(f"--workers: expected 0 or more, got {args.workers}")
     return args
 
 

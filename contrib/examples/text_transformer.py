@@ -32,6 +32,7 @@ from example_common import (
     check_positive,
     common_arguments,
     end_of_step,
+    fail,
     print_summary,
     take_cpus,
 )
@@ -95,7 +96,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args, "steps", "batch", "threads", "sequences", "length", "vocab", "dim", "layers", "heads"
     )
     if args.dim % args.heads:
-        raise SystemExit(f"--dim {args.dim} is not a multiple of --heads {args.heads}")
+        fail(f"--dim {args.dim} is not a multiple of --heads {args.heads}")
     return args
 
 

@@ -152,7 +152,10 @@ def test_plain_run_reports_heartbeats_where_told_and_refuses_too_many_cpus(tmp_p
     too_many = len(os.sched_getaffinity(0)) + 1
     argv = examples.example_command(name, too_many, 3, extra_args=SMALL[name])
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode != 0 and f"--cpus {too_many}: this process may use only" in done.stderr
+    assert (
+        done.returncode == 2
+        and f"text_transformer.py: error: --cpus {too_many}: this process may use only" in done.stderr
+    )
 
 
 @pytest.mark.jobs

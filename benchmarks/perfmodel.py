@@ -107,9 +107,10 @@ def loo_stats(samples: list[Row], options: FitOptions) -> dict[str, Any]:
 FAMILY_PAIRS = (("roberta", "bert"), ("bert", "roberta"), ("gpt2", "t5"), ("t5", "gpt2"))
 
 
-def _errors(model: Any, measured: list[Measurement]) -> dict[str, float]:
-    """Average and largest relative error of ``model`` on ``measured``, forward times fed."""
-    predicted = model.predict_many([m.query for m in measured], [m.fwd_time_s for m in measured])
+def _errors(model: Any, measured: list[Measurement], feed: bool = True) -> dict[str, float]:
+    """Average and largest relative error of ``model`` on ``measured`` (forward times fed or not)."""
+    forwards = [m.fwd_time_s if feed else None for m in measured]
+    predicted = model.predict_many([m.query for m in measured], forwards)
     errors = [abs(p - m.iter_time_s) / m.iter_time_s for p, m in zip(predicted, measured, strict=True)]
     return {"avg_pct": round(100 * sum(errors) / len(errors), 3), "max_pct": round(100 * max(errors), 3)}
 
@@ -119,7 +120,9 @@ def family_evidence(samples: list[Row]) -> dict[str, Any]:
 
     With the shared parameters (what a model without samples got before) and with the
     sibling's fitted parameters (what ``PerfModel.family_fit`` gives a family member);
-    each sample's forward time is fed as the fit feeds it. Samples only.
+    each sample's forward time fed as the fit feeds it (``shared``, ``sibling``), and not
+    fed (``*_no_forward``: the compute rate's estimate, as the plan pricer predicts).
+    Samples only.
     """
     measured = [r.measurement() for r in samples]
     out: dict[str, Any] = {}
@@ -134,6 +137,8 @@ def family_evidence(samples: list[Row]) -> dict[str, Any]:
             "n": len(mine),
             "shared": _errors(fitted, mine),
             "sibling": _errors(as_sibling, mine),
+            "shared_no_forward": _errors(fitted, mine, feed=False),
+            "sibling_no_forward": _errors(as_sibling, mine, feed=False),
         }
         print(f"\nfamily evidence, {held} held out: {out[f'{held} from {sibling}']}", flush=True)
     return out

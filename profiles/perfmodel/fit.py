@@ -33,9 +33,12 @@ because some models have only three or four samples and some none:
   one architecture, BERT-large and RoBERTa-large (the same 24 x 1024 encoder; their names
   differ, so :func:`family` does not pair them): fitted without all of one model's
   samples, that model's samples are predicted better from its sibling's parameters than
-  from the shared ones (RoBERTa 3.6 against 9.7 % average error, BERT 6.2 against
-  17.6 %), while GPT-2's and T5's parameters (different architectures) do worse than the
-  shared ones for each other (``benchmarks/perfmodel.py``, ``family_evidence``).
+  from the shared ones when their forward times are given, Rubick's way (RoBERTa 3.6
+  against 9.7 % average error, BERT 6.2 against 17.6 %), a little worse without them,
+  from the compute rate (RoBERTa 4.6 against 3.1 %, BERT 4.8 against 2.8 %), while
+  GPT-2's and T5's parameters (different architectures) do worse than the shared ones for
+  each other, with and without forward times (``benchmarks/perfmodel.py``,
+  ``family_evidence``).
 
 The fit is ``scipy.optimize.least_squares`` on log errors (RMSLE) with those penalty rows,
 started from three fixed points (deterministic); the best one wins.

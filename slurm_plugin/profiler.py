@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import psutil
+
 from planner.errors import InputError
 from profiles.profiler.measure import Throughput, heartbeats, throughput
 from profiles.profiler.runs import PlanSample, Request, RunSpec, next_run, remaining
@@ -81,6 +83,11 @@ def _stop(proc: subprocess.Popen[bytes], graceful: bool) -> None:
     ``graceful`` (srun): SIGTERM first, which srun passes to the step before it cancels the
     job, then SIGKILL after a grace. A local run has nothing left worth saving: SIGKILL.
     """
+    # mosaic-run starts each local rank in its own session, and a rank's own children (DataLoader
+    # or process-pool workers) in the rank's: killing the run's group, or mosaic-run's death
+    # signal to its ranks, does not reach them, and they would outlive the run. So every
+    # descendant is collected first and killed with the group.
+    descendants = _descendants(proc.pid)
     if proc.poll() is None and graceful:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -89,7 +96,17 @@ def _stop(proc: subprocess.Popen[bytes], graceful: bool) -> None:
     # Also what outlived the group's leader (a rank left behind by mosaic-run).
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+    for child in [*descendants, *_descendants(proc.pid)]:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
     proc.wait()
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return list(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return []
 
 
 def _tail(path: Path, lines: int = 8) -> str:

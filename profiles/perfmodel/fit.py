@@ -26,16 +26,17 @@ because some models have only three or four samples and some none:
   (``fwd_weight``); a forward time below the physical floor (``Environment.peak_tflops``)
   is not used;
 * ``k_bwd`` carries a weak prior at 2 (backward = twice the forward FLOPs);
-* a model **without samples** takes the fitted parameters of its *family* (the same
-  architecture at another size, :func:`family`: LLaMA-30B those of LLaMA-2-7B in the
-  bundled data) and, without a fitted family member, the shared ones
-  (:meth:`PerfModel.parameters_for`). The evidence is the samples' one pair of models of
+* a model **without samples**, asked with its configuration's profiled forward time, takes
+  the fitted parameters of its *family* (the same architecture at another size,
+  :func:`family`: LLaMA-30B those of LLaMA-2-7B in the bundled data); without a forward
+  time, or without a fitted family member, the shared ones (:meth:`PerfModel.parameters_for`). The evidence is the samples' one pair of models of
   one architecture, BERT-large and RoBERTa-large (the same 24 x 1024 encoder; their names
   differ, so :func:`family` does not pair them): fitted without all of one model's
   samples, that model's samples are predicted better from its sibling's parameters than
   from the shared ones when their forward times are given, Rubick's way (RoBERTa 3.6
-  against 9.7 % average error, BERT 6.2 against 17.6 %), a little worse without them,
-  from the compute rate (RoBERTa 4.6 against 3.1 %, BERT 4.8 against 2.8 %), while
+  against 9.7 % average error, BERT 6.2 against 17.6 %), but worse without them, from
+  the compute rate (RoBERTa 4.6 against 3.1 %, BERT 4.8 against 2.8 %), hence the rule
+  depends on whether a forward time is given; while
   GPT-2's and T5's parameters (different architectures) do worse than the shared ones for
   each other, with and without forward times (``benchmarks/perfmodel.py``,
   ``family_evidence``).
@@ -174,8 +175,9 @@ class PerfModel:
     """Fitted Rubick model: shared parameters plus per-model ones; predicts any query.
 
     A model that was fitted uses its own parameters and rate; a model that was not, those
-    of a fitted model of its :func:`family` (with ``family_sharing``, the default), else
-    the shared ones (its shape comes with the query). With ``gpu_mem_gb`` set, a plan whose memory
+    of a fitted model of its :func:`family` when the query comes with a profiled forward
+    time (with ``family_sharing``, the default), else the shared ones (its shape comes with
+    the query). With ``gpu_mem_gb`` set, a plan whose memory
     estimate does not fit the GPU is infeasible: :meth:`iteration_time_s` returns
     ``None``.
     """
@@ -204,14 +206,15 @@ class PerfModel:
         members = sorted((-f.samples, key) for key, f in self.models.items() if family(key) == wanted)
         return self.models[members[0][1]] if members else None
 
-    def parameters_for(self, name: str) -> tuple[PerfParams, float]:
-        """The ``k``'s and compute rate used for ``name`` (:meth:`family_fit`, else the shared ones)."""
-        fitted = self.family_fit(name)
+    def parameters_for(self, name: str, forward_given: bool = True) -> tuple[PerfParams, float]:
+        """The ``k``'s and compute rate used for ``name``: its own fit; else, with a profiled
+        forward time given, its family's (:meth:`family_fit`); else the shared ones."""
+        fitted = self.family_fit(name) if forward_given else self.model_fit(name)
         return (fitted.params, fitted.rate) if fitted else (self.shared, self.shared_rate)
 
     def breakdown(self, query: Query, fwd_time_s: float | None = None) -> Breakdown:
         """Eq. 1's parts; ``fwd_time_s`` is the configuration's profiled forward time, if any."""
-        params, rate = self.parameters_for(query.model.name)
+        params, rate = self.parameters_for(query.model.name, fwd_time_s is not None)
         return iteration_breakdown(query, params, rate, self.environment, fwd_time_s)
 
     def iteration_time_s(self, query: Query, fwd_time_s: float | None = None) -> float | None:
@@ -226,7 +229,8 @@ class PerfModel:
         """Eq. 1 for many queries at once (no memory check); ``fwd_times`` as in :meth:`breakdown`."""
         if not queries:
             return []
-        chosen = [self.parameters_for(q.model.name) for q in queries]
+        given = [False] * len(queries) if fwd_times is None else [t is not None for t in fwd_times]
+        chosen = [self.parameters_for(q.model.name, g) for q, g in zip(queries, given, strict=True)]
         k = ParamColumns.of([p for p, _ in chosen], [r for _, r in chosen])
         columns = Columns.of(queries, fwd_times)
         return [float(x) for x in breakdown_columns(columns, k, self.environment)["total"]]

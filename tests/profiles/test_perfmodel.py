@@ -274,9 +274,17 @@ def test_a_model_without_samples_gets_its_fitted_family_members_parameters():
     assert model.parameters_for("llama30") == (sibling.params, sibling.rate)
     assert (sibling.params, sibling.rate) != (model.shared, model.shared_rate)
     q = make_query(LLAMA30, 64, 4, ExecPlan(tp=8, pp=8), nodes=8)
-    assert model.iteration_time_s(q) == pytest.approx(
-        iteration_breakdown(q, sibling.params, sibling.rate, ENV).total
+    assert model.iteration_time_s(q, fwd_time_s=0.5) == pytest.approx(
+        iteration_breakdown(q, sibling.params, sibling.rate, ENV, 0.5).total
     )
+    assert model.predict_many([q], [0.5])[0] == pytest.approx(model.iteration_time_s(q, 0.5))
+    # Without a profiled forward time (the plan pricer's queries) the shared parameters: the
+    # samples' evidence for the sibling holds only with forward times given.
+    assert model.parameters_for("llama30", forward_given=False) == (model.shared, model.shared_rate)
+    assert model.iteration_time_s(q) == pytest.approx(
+        iteration_breakdown(q, model.shared, model.shared_rate, ENV).total
+    )
+    assert model.predict_many([q])[0] == pytest.approx(model.iteration_time_s(q))
     # Switched off, or for a model of another family, the shared parameters as before.
     unshared = replace(model, family_sharing=False)
     assert unshared.parameters_for("llama30") == (model.shared, model.shared_rate)

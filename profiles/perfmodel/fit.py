@@ -26,20 +26,19 @@ because some models have only three or four samples and some none:
   (``fwd_weight``); a forward time below the physical floor (``Environment.peak_tflops``)
   is not used;
 * ``k_bwd`` carries a weak prior at 2 (backward = twice the forward FLOPs);
-* a model **without samples**, asked with its configuration's profiled forward time, takes
-  the fitted parameters of its *family* (the same architecture at another size,
-  :func:`family`: LLaMA-30B those of LLaMA-2-7B in the bundled data); without a forward
-  time, or without a fitted family member, the shared ones (:meth:`PerfModel.parameters_for`). The evidence is the samples' one pair of models of
-  one architecture, BERT-large and RoBERTa-large (the same 24 x 1024 encoder; their names
-  differ, so :func:`family` does not pair them): fitted without all of one model's
-  samples, that model's samples are predicted better from its sibling's parameters than
-  from the shared ones when their forward times are given, Rubick's way (RoBERTa 3.6
-  against 9.7 % average error, BERT 6.2 against 17.6 %), but worse without them, from
-  the compute rate (RoBERTa 4.6 against 3.1 %, BERT 4.8 against 2.8 %), hence the rule
-  depends on whether a forward time is given; while
-  GPT-2's and T5's parameters (different architectures) do worse than the shared ones for
-  each other, with and without forward times (``benchmarks/perfmodel.py``,
-  ``family_evidence``).
+* a model **without samples**, asked with its configuration's profiled forward time, takes the
+  fitted parameters of its *family* (the same architecture at another size, :func:`family`:
+  LLaMA-30B those of LLaMA-2-7B in the bundled data); without a forward time, or without a
+  fitted family member, the shared ones (:meth:`PerfModel.parameters_for`). The evidence is
+  the samples' one pair of models of one architecture, BERT-large and RoBERTa-large (the same
+  24 x 1024 encoder; their names differ, so :func:`family` does not pair them): fitted without
+  all of one model's samples, that model's samples are predicted better from its sibling's
+  parameters than from the shared ones when their forward times are given, Rubick's way
+  (RoBERTa 3.6 against 9.7 % average error, BERT 6.2 against 17.6 %), but worse without them,
+  from the compute rate (RoBERTa 4.6 against 3.1 %, BERT 4.8 against 2.8 %), hence the rule
+  depends on whether a forward time is given; while GPT-2's and T5's parameters (different
+  architectures) do worse than the shared ones for each other, with and without forward times
+  (``benchmarks/perfmodel.py``, ``family_evidence``).
 
 The fit is ``scipy.optimize.least_squares`` on log errors (RMSLE) with those penalty rows,
 started from three fixed points (deterministic); the best one wins.

@@ -274,10 +274,10 @@ class CriusAllocation:
         for job in handled:
             if job.id in world.held:
                 continue
-            counts = pricing.counts(job)
+            counts = pricing.counts_of(job)
             ever = [
                 (t, n, s)
-                for t in pricing.types(job)
+                for t in pricing.types_of(job)
                 for n in counts
                 if n <= largest.get(t, 0) and (s := pricing.speed(job, t, n)) is not None
             ]

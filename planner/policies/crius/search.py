@@ -45,10 +45,10 @@ class Shape:
 
     gpu_type: str
     per_node: PerNode
+    count: int = field(init=False, compare=False, repr=False)
 
-    @property
-    def count(self) -> int:
-        return sum(c for _, c in self.per_node)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "count", sum(c for _, c in self.per_node))
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +106,23 @@ class Pricing:
         # memo may outlive a round (``memo``: the stage's).
         self._cells: dict[tuple[str, int | None, str, int], Cell | None] = {} if memo is None else memo
         self._ref: dict[str, float | None] = {}
+        self._counts: dict[str, Sequence[int]] = {}
+        self._types: dict[str, Sequence[str]] = {}
+        self._values: dict[tuple[str, str, int, bool], float | None] = {}
+
+    def counts_of(self, job: Job) -> Sequence[int]:
+        """``counts(job)``, memoised for the round."""
+        found = self._counts.get(job.id)
+        if found is None:
+            found = self._counts[job.id] = tuple(self.counts(job))
+        return found
+
+    def types_of(self, job: Job) -> Sequence[str]:
+        """``types(job)``, memoised for the round."""
+        found = self._types.get(job.id)
+        if found is None:
+            found = self._types[job.id] = tuple(self.types(job))
+        return found
 
     def cell(self, job: Job, gpu_type: str, gpus: int) -> Cell | None:
         key = (job.model, job.batch_size, gpu_type, gpus)
@@ -137,7 +154,16 @@ class Pricing:
         return (ref if ref is not None else cell.iteration_time_s) / cell.iteration_time_s
 
     def value(self, job: Job, gpu_type: str, gpus: int, restart: bool) -> float | None:
-        """The speed, net of a restart when ``restart``; ``None`` when not allowed."""
+        """The speed, net of a restart when ``restart``; ``None`` when not allowed (memoised
+        for the round)."""
+        key = (job.id, gpu_type, gpus, restart)
+        if key in self._values:
+            return self._values[key]
+        value = self._value(job, gpu_type, gpus, restart)
+        self._values[key] = value
+        return value
+
+    def _value(self, job: Job, gpu_type: str, gpus: int, restart: bool) -> float | None:
         s = self.speed(job, gpu_type, gpus)
         if s is None:
             return None
@@ -147,7 +173,7 @@ class Pricing:
 
     def priced(self, job: Job) -> bool:
         """True when some candidate Cell of the job fits (the scheduler can price it)."""
-        return any(self.speed(job, t, n) is not None for t in self.types(job) for n in self.counts(job))
+        return any(self.speed(job, t, n) is not None for t in self.types_of(job) for n in self.counts_of(job))
 
 
 def charged(speed: float, remaining_s: float | None, restart_s: float) -> float:
@@ -332,8 +358,9 @@ def best_choice(
     level = [root]
     found: list[tuple[float, int, int, Choice]] = []
     seen: set[frozenset[tuple[str, Shape]]] = {frozenset()}
-    shrinkers = _shrink_steps(world, movable, pricing) if limits.counts else {}
-    movers = _move_steps(world, movable, pricing) if limits.types else []
+    steps: list[
+        tuple[dict[str, list[_Step]], list[tuple[float, str, str, int]]]
+    ] = []  # computed once, if needed
     for depth in range(limits.depth + 1):
         following: list[_State] = []
         for state in level:
@@ -344,7 +371,14 @@ def best_choice(
                 continue
             if depth == limits.depth:
                 continue
-            for child in _children(world, state, shrinkers, movers):
+            if not steps:
+                steps.append(
+                    (
+                        _shrink_steps(world, movable, pricing) if limits.counts else {},
+                        _move_steps(world, movable, pricing) if limits.types else [],
+                    )
+                )
+            for child in _children(world, state, *steps[0]):
                 key = frozenset(child.shapes.items())
                 if key not in seen:
                     seen.add(key)
@@ -371,8 +405,8 @@ def _target_cells(target: Job, pricing: Pricing) -> list[tuple[float, str, int]]
     """The target's fitting Cells, best value first (then fewer GPUs, then type name)."""
     restart = target.attained_gpu_s > 0
     out = []
-    for t in pricing.types(target):
-        for n in pricing.counts(target):
+    for t in pricing.types_of(target):
+        for n in pricing.counts_of(target):
             v = pricing.value(target, t, n, restart)
             if v is not None:
                 out.append((v, t, n))
@@ -425,7 +459,7 @@ def _shrink_steps(world: World, movable: Sequence[str], pricing: Pricing) -> dic
     per_type: dict[str, list[_Step]] = {}
     for job_id in movable:
         held = world.held[job_id]
-        smaller = [n for n in pricing.counts(held.job) if n < held.shape.count]
+        smaller = [n for n in pricing.counts_of(held.job) if n < held.shape.count]
         if not smaller:
             continue
         new = shrink_in_place(held.shape, max(smaller))
@@ -450,7 +484,7 @@ def _move_steps(world: World, movable: Sequence[str], pricing: Pricing) -> list[
     out = []
     for job_id in movable:
         held = world.held[job_id]
-        for t in pricing.types(held.job):
+        for t in pricing.types_of(held.job):
             if t == held.shape.gpu_type or t not in world.by_type:
                 continue
             v = pricing.value(held.job, t, held.shape.count, True)
@@ -519,13 +553,13 @@ def _upgrade_options(
     held = world.held[job_id]
     shapes: list[tuple[str, int]] = []
     if limits.counts:
-        larger = [n for n in pricing.counts(held.job) if n > held.shape.count]
+        larger = [n for n in pricing.counts_of(held.job) if n > held.shape.count]
         if larger:
             shapes.append((held.shape.gpu_type, min(larger)))
     if limits.types:
         shapes.extend(
             (t, held.shape.count)
-            for t in pricing.types(held.job)
+            for t in pricing.types_of(held.job)
             if t != held.shape.gpu_type and t in world.by_type
         )
     out = []

@@ -150,7 +150,9 @@ def compare(base: Path, new: Path) -> list[str]:
     if (base / "jobs.csv").read_bytes() != (new / "jobs.csv").read_bytes():
         problems.append("jobs.csv differs")
     a, b = summary_without_timing(base / "summary.json"), summary_without_timing(new / "summary.json")
-    keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+    # A key only the new tree writes is an added metric (the contract allows adding keys),
+    # not a changed decision; one the new tree dropped is a difference.
+    keys = sorted(k for k in a.keys() | b.keys() if k in a and a.get(k) != b.get(k))
     if keys:
         problems.append("summary differs in " + ", ".join(keys))
     return problems

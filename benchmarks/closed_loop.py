@@ -27,7 +27,7 @@ beyond the share (and 32 GB holds the 20.83 GB of Synergy's smallest memory grid
 which a profile's demand asks for). Both jobs share that node, and this machine's 2 cores
 with whatever else runs on it: the load average is recorded before and after each part.
 
-    .venv/bin/python -m benchmarks.closed_loop --steps 600       # as root; ~10 min
+    .venv/bin/python -m benchmarks.closed_loop --steps 500 --run-s 15 --repeats 2   # root; ~12 min
 
 Writes ``benchmarks/results/closed_loop.json``: the commands, the profiles' curves, per
 preset and job the CPU timeline, the heartbeats and the JCT, and the load average.
@@ -307,7 +307,9 @@ def max_cpus(result: dict[str, Any], model: str) -> int:
     return max((e["cpus"] for e in result["jobs"][model]["cpus_given"]), default=0)
 
 
-def bench(root: Path, s: Settings, data: Path) -> dict[str, Any]:
+def bench(root: Path, s: Settings, data: Path, repeats: int) -> dict[str, Any]:
+    """Profile once, then run the pair ``repeats`` times per preset, alternating the order
+    (tune, proportional, proportional, tune, ...) so a drift in the machine's load falls on both."""
     cluster = lifecycle.up(shape_named(SHAPE), root / "cluster")
     try:
         profiles = {}
@@ -317,13 +319,54 @@ def bench(root: Path, s: Settings, data: Path) -> dict[str, Any]:
             profiles[example] = profile(cluster, example, out, data, s)
             paths.append(out)
             print(f"profiled {example}: {profiles[example]['cpu_samples_per_s']}", flush=True)
-        runs = {}
-        for preset in PRESETS:
-            runs[preset] = run_pair(cluster, root / preset, preset, paths, data, s)
-            print(f"{preset}: {json.dumps(runs[preset]['pair'])}", flush=True)
+        runs = []
+        for k in range(repeats):
+            for preset in PRESETS if k % 2 == 0 else PRESETS[::-1]:
+                run = run_pair(cluster, root / f"{preset}-{k}", preset, paths, data, s)
+                runs.append({"repeat": k, **run})
+                print(f"{preset} #{k}: {json.dumps(run['pair'])}", flush=True)
     finally:
         lifecycle.down(root / "cluster")
-    return {"profiles": profiles, "runs": runs}
+    return {"profiles": profiles, "comparison": compare(profiles, runs), "runs": runs}
+
+
+def compare(profiles: dict[str, Any], runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per preset: each job's CPUs, its heartbeat rate (median over its runs' beats, each
+    run's first left out), its restarts (plan versions beyond the first) and JCTs; the pair's
+    makespan and mean JCT. Beside them, the profiled rates at the same CPU counts."""
+    out: dict[str, Any] = {}
+    for preset in PRESETS:
+        mine = [r for r in runs if r["preset"] == preset]
+        jobs = {}
+        for model in JOBS:
+            rates: list[float] = []
+            cpus: set[int] = set()
+            restarts = []
+            for r in mine:
+                j = r["jobs"][model]
+                cpus |= {e["cpus"] for e in j["cpus_given"]}
+                versions = []
+                for b in j["heartbeats"]:
+                    if b["plan_version"] not in versions:
+                        versions.append(b["plan_version"])
+                        continue
+                    rates.append(b["samples_per_s"])
+                restarts.append(max(0, len(versions) - 1))
+            curve = profiles[model]["cpu_samples_per_s"]
+            jobs[model] = {
+                "cpus_given": sorted(cpus),
+                "samples_per_s_median": round(statistics.median(rates), 1) if rates else None,
+                "profiled_samples_per_s": {str(c): curve.get(str(c)) for c in sorted(cpus)},
+                "restarts": restarts,
+                "jct_s": [r["jobs"][model]["jct_s"] for r in mine],
+            }
+        out[preset] = {
+            "jobs": jobs,
+            "makespan_s": [r["pair"]["makespan_s"] for r in mine],
+            "mean_jct_s": [r["pair"]["mean_jct_s"] for r in mine],
+            "load_before": [r["load_before"] for r in mine],
+        }
+    return out
 
 
 def main() -> None:
@@ -341,12 +384,13 @@ def main() -> None:
         default=DATA,
         help=f"image-cnn's data directory, kept between runs (default {DATA})",
     )
+    parser.add_argument("--repeats", type=int, default=1, help="pair runs per preset (alternating order)")
     parser.add_argument("--out", default="closed_loop", help="result name under benchmarks/results/")
     args = parser.parse_args()
     s = Settings(steps=args.steps, cpus=args.cpus, run_s=args.run_s)
     with tempfile.TemporaryDirectory(prefix="mosaic-closed-loop-") as tmp:
         root = Path(tmp)
-        result = bench(root, s, args.data)
+        result = bench(root, s, args.data, args.repeats)
     result["settings"] = {
         "steps": s.steps,
         "profile_cpus": s.cpus,

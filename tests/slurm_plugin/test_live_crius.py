@@ -25,13 +25,17 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from planner.execplan import plan_from_mapping
 from slurm_plugin import planfile
+from slurm_plugin.controller.loop import TickReport
 from slurm_plugin.slurm.parse import SlurmJob
+from slurm_plugin.testcluster import lifecycle
+from slurm_plugin.testcluster.lifecycle import Cluster
 from tests.slurm_plugin.live_helpers import config_for, controller, jobs, submit_job, wait_for, write_script
 from tests.wrapper.jobs import losses, uninterrupted_losses
 
@@ -46,10 +50,12 @@ TOLERANCE = 1e-4
 
 
 @pytest.fixture
-def hetero(slurm_cluster_of):
-    cluster = slurm_cluster_of("hetero")  # n1, n2: a100; n3, n4: v100
+def hetero(slurm_cluster_of: Callable[[str], Cluster]) -> Iterator[Cluster]:
+    """The session's heterogeneous cluster (n1, n2: a100; n3, n4: v100), emptied after the test."""
+    cluster = slurm_cluster_of("hetero")
     yield cluster
     subprocess.run(["scancel", "--user=root"], env={**os.environ, **cluster.env}, check=False)
+    lifecycle.wait_jobs_gone(cluster, 20.0)
 
 
 def _torch_job(directory: Path, log: Path, out: Path) -> Path:
@@ -82,7 +88,9 @@ def _short_job(directory: Path) -> Path:
     return path
 
 
-def test_crius_moves_a_running_job_to_another_gpu_type_and_count(hetero, tmp_path, monkeypatch):
+def test_crius_moves_a_running_job_to_another_gpu_type_and_count(
+    hetero: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     config = config_for(hetero, tmp_path / "spool")
     ctl = controller(config, "crius")
@@ -91,8 +99,8 @@ def test_crius_moves_a_running_job_to_another_gpu_type_and_count(hetero, tmp_pat
         sj = jobs(config).get(job_id)
         return sj if sj is not None and sj.state == "RUNNING" else None
 
-    def only_action(tick, kinds: list[tuple[str, str]]) -> None:
-        assert tick.ok and not tick.result.failed, tick.to_json()
+    def only_action(tick: TickReport, kinds: list[tuple[str, str]]) -> None:
+        assert tick.ok and tick.result is not None and not tick.result.failed, tick.to_json()
         assert [(a["kind"], a["job"]) for a in tick.to_json()["actions"]] == kinds, tick.to_json()
 
     # Rigid fillers (a model Crius does not price) hold both a100 nodes and one v100 node.

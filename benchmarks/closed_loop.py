@@ -214,7 +214,9 @@ def run_pair(
                     last = timeline[model][-1] if timeline[model] else None
                     if last is None or last["cpus"] != job.cpus:
                         timeline[model].append(entry)
-                if model not in finished and state in {"COMPLETED", "GONE"}:
+                # COMPLETED alone is not the end: a job the controller stops exits after its
+                # checkpoint (COMPLETED) until the requeue; the last step's heartbeat is.
+                if model not in finished and state == "COMPLETED" and _last_step(work, job_id) >= s.steps:
                     finished[model] = now
                 elif state in {"FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"}:
                     raise RuntimeError(f"{preset}: job {job_id} ({model}) ended {state}; see {work}")
@@ -282,6 +284,11 @@ def run_pair(
             "mean_jct_s": round(statistics.mean(j["jct_s"] for j in jobs.values()), 1),
         },
     }
+
+
+def _last_step(work: Path, job_id: str) -> int:
+    steps = [r.get("step") for r in planfile.read_heartbeats(work / "spool", job_id)]
+    return max((k for k in steps if isinstance(k, int)), default=0)
 
 
 def rates_by_cpus(beats: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:

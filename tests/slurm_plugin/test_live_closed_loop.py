@@ -42,10 +42,7 @@ def test_tune_gives_the_image_job_the_cpus_its_measured_profile_pays_for(
     result = run_pair(cluster, tmp_path / "tune", "synergy-tune", paths, DATA, s)
 
     image = result["jobs"]["image-cnn"]
-    assert image["state"] in {"COMPLETED", "GONE"} and result["jobs"]["text-transformer"]["state"] in {
-        "COMPLETED",
-        "GONE",
-    }
+    assert {j["state"] for j in result["jobs"].values()} == {"COMPLETED"}
     # The first start is the profile's decision (a later round may move the job again once
     # its co-located rate is observed: online refinement).
     first = image["cpus_given"][0]["cpus"]

@@ -66,10 +66,18 @@ def job_gpus(sj: SlurmJob) -> int:
     return sj.gpus_held_per_node * max(1, sj.num_nodes)
 
 
+SUBMITTED_FEATURES = "submitted_features"  # store meta key: the constraint at first sight
+
+
 def first_sight_meta(sj: SlurmJob) -> dict[str, Any]:
-    """What the store records of a job the first time it is seen: its comment's metadata
-    and its task layout as submitted (Mosaic's own updates change what Slurm shows later)."""
-    return {**(decode_comment(sj.comment) or {}), "task_layout": layout_of(sj).to_json()}
+    """What the store records of a job the first time it is seen: its comment's metadata,
+    its task layout and its constraint as submitted (Mosaic's own updates change what Slurm
+    shows later: a GPU-type change rewrites ``Features``)."""
+    return {
+        **(decode_comment(sj.comment) or {}),
+        "task_layout": layout_of(sj).to_json(),
+        SUBMITTED_FEATURES: sj.features,
+    }
 
 
 def task_layout(sj: SlurmJob, record: JobRecord | None) -> TaskLayout:
@@ -388,10 +396,15 @@ def _valid_plan(job_id: str, value: Any) -> dict[str, Any] | None:
 
 
 def _requested_gpu_type(sj: SlurmJob, meta: Mapping[str, Any], config: ControllerConfig) -> str | None:
-    """``#MOSAIC --gpu-type``, else a GPU-type feature in the job's constraint (``-C v100``)."""
+    """``#MOSAIC --gpu-type``, else a GPU-type feature in the job's constraint as submitted
+    (``-C v100``; the one Slurm shows now for a job first seen before this was recorded).
+    The request stays the job's reference after the controller moved it to another type, as
+    a trace row's ``gpu_type`` does in the simulator."""
     if isinstance(meta.get("gpu_type"), str):
         return str(meta["gpu_type"]).lower()
-    for token in sj.features.replace("|", "&").replace(",", "&").split("&"):
+    submitted = meta.get(SUBMITTED_FEATURES)
+    features = submitted if isinstance(submitted, str) else sj.features
+    for token in features.replace("|", "&").replace(",", "&").split("&"):
         if token.strip().lower() in config.gpu_types:
             return token.strip().lower()
     return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,13 @@ from planner.codec import snapshot_from_json, snapshot_to_json
 from planner.config import build_scheduler, preset
 from planner.model import JobState
 from slurm_plugin.controller.config import ControllerConfig
-from slurm_plugin.controller.observe import OUTSIDE_PREFIX, _managed_job, build_observation
+from slurm_plugin.controller.observe import (
+    OUTSIDE_PREFIX,
+    SUBMITTED_FEATURES,
+    _managed_job,
+    build_observation,
+    first_sight_meta,
+)
 from slurm_plugin.slurm.parse import parse_sinfo_json, parse_squeue_json
 from slurm_plugin.store import JobRecord
 
@@ -87,6 +94,21 @@ def test_store_records_override_the_request_and_supply_service(slurm):
     job = next(j for j in obs.snapshot.jobs if j.id == "2")
     assert (job.model, job.attained_gpu_s, job.progress, job.remaining_s) == ("resnet50", 30.0, 0.5, 50.0)
     assert job.tenant == "t" and job.pending_since_s == 1.5e9 and job.policy_state == {"queue": 1}
+
+
+def test_a_job_moved_to_another_gpu_type_keeps_the_type_it_asked_for(slurm):
+    # Job 3 was submitted with -C v100 (recorded at first sight); the controller moved it to
+    # a100 by rewriting its Features. Its reference type stays v100, as in the simulator.
+    squeue, sinfo = slurm
+    moved = [replace(sj, features="a100") if sj.id == "3" else sj for sj in squeue]
+    first = first_sight_meta(next(sj for sj in squeue if sj.id == "3"))
+    assert first[SUBMITTED_FEATURES] == "v100"
+    records = {"3": _record("3", meta=first)}
+    jobs = {j.id: j for j in build_observation(2e9, moved, sinfo, records, CONFIG).snapshot.jobs}
+    assert jobs["3"].gpu_type == "v100"
+    # Without the record (first seen before it was kept) the constraint Slurm shows now.
+    jobs = {j.id: j for j in build_observation(2e9, moved, sinfo, {}, CONFIG).snapshot.jobs}
+    assert jobs["3"].gpu_type == "a100"
 
 
 def test_snapshot_round_trips_through_the_json_contract_and_plans(slurm):

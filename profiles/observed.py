@@ -234,12 +234,15 @@ def merge_absolute(measured: Mapping[int, float], observed: Mapping[int, float])
     (Synergy §3.1's curves saturate): a measured point below an observation is capped at
     its rate; above the highest observation the measured further gain counts in the share
     the observation confirmed of the measured gain up to it from the point below (between
-    0 and 1), as :func:`corrected_cpu_values` does for ratios.
+    0 and 1), as :func:`corrected_cpu_values` does for ratios; with no point below it (an
+    observation at the lowest count) the measured points above keep their ratios to it.
 
     >>> merge_absolute({1: 50.0, 2: 95.0, 4: 150.0, 8: 190.0}, {8: 150.0})
     {1: 50.0, 2: 95.0, 4: 150.0, 8: 150.0}
     >>> merge_absolute({1: 50.0, 2: 95.0, 4: 150.0, 8: 190.0}, {4: 100.0})
     {1: 50.0, 2: 95.0, 4: 100.0, 8: 103.63636363636364}
+    >>> merge_absolute({1: 248.0, 2: 257.0}, {1: 186.0})
+    {1: 186.0, 2: 192.75}
     """
     if not observed:
         return dict(measured)
@@ -258,6 +261,15 @@ def merge_absolute(measured: Mapping[int, float], observed: Mapping[int, float])
         share = min(1.0, max(0.0, _gain(prior(top) - out[base], observed[top] - out[base])))
         for c in [c for c in measured if c > top]:
             out[c] = observed[top] + (measured[c] - prior(top)) * share
+    elif prior(top) > 0:
+        # Observed only at (or below) the lowest measured count: nothing says how the gain
+        # above changed, so the measured curve keeps its ratios and moves by the observed
+        # level. Replacing that one point would make a job slowed by neighbours at few CPUs
+        # look sensitive (the measured higher points untouched) and the next round would
+        # give it CPUs it then turns out not to use, round after round.
+        level = observed[top] / prior(top)
+        for c in [c for c in measured if c > top]:
+            out[c] = measured[c] * level
     return dict(sorted(out.items()))
 
 

@@ -242,6 +242,19 @@ def test_a_profiled_curve_is_corrected_by_one_observed_cpu_count() -> None:
     )
 
 
+def test_a_job_slowed_by_its_neighbours_at_one_cpu_does_not_look_cpu_sensitive() -> None:
+    """The closed loop's text job: profiled flat (248 and 257 samples/s at 1 and 2 CPUs,
+    alone), observed at 186 on 1 CPU while sharing the machine. Replacing only the 1-CPU
+    point made it look 38 % faster at 2 CPUs; tune gave it 2, observed it flat again, gave
+    it 1 back, and so on. The level moves; the curve keeps its ratios and its demand."""
+    prior = _profiled({"1": 248.0, "2": 257.0})
+    demand = best_case_per_gpu(prior.sensitivity).cpus  # type: ignore[arg-type]
+    refined = refine_profile(prior, [ObservedPoint("image-cnn", Shape("a100", 1), 1, 16.0, 186.0, 1.0)])
+    assert refined.optimistic is not None
+    assert refined.optimistic.cpu_samples_per_s == {1: 186.0, 2: pytest.approx(257.0 * 186.0 / 248.0)}
+    assert best_case_per_gpu(refined.sensitivity).cpus == demand  # type: ignore[arg-type]
+
+
 def test_a_profiled_curve_is_not_compared_where_the_cache_limits() -> None:
     """With 0.5 GB per GPU the cache holds half the data set: a job there is slow for want
     of memory, not CPUs, and its rate is not compared with the profile's cached curve."""

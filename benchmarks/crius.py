@@ -8,8 +8,9 @@ iteration times. Every job may scale to half or double its GPUs on any of the fo
 (``mosaic trace crius --elastic``), except in the ``fcfs`` row, which runs ``fifo`` on the
 rigid trace (each job on the type and count it asked for, the artifact's FCFS).
 
-Rows: ``fcfs``, ``gandiva``, ``gavel-het``, ``elasticflow``, ``sia``, ``crius`` (and ``crius``
-with the agile estimate, ``crius-agile``), ``crius-ddl``. Gavel and ElasticFlow schedule with
+Rows: ``fcfs``, ``gandiva``, ``gavel-het``, ``elasticflow``, ``sia``, ``crius`` (Cells priced
+by the agile estimate; ``crius-measured``: by the measured table itself, the simulator's truth,
+an oracle), ``crius-ddl``. Gavel and ElasticFlow schedule with
 data-parallel profiles and never start a job no data-parallel replica fits (Crius §8.3), so
 each row also gives the average JCT over the jobs *every* row finished.
 
@@ -45,7 +46,7 @@ from planner.traces.records import TraceJob  # noqa: E402
 CLUSTER = ROOT / "etc" / "clusters" / "crius-256.toml"
 BUNDLED = ROOT / "planner" / "sim" / "bundled"
 DIVISOR = 5
-ROWS = ("fcfs", "gandiva", "gavel-het", "elasticflow", "sia", "crius", "crius-agile", "crius-ddl")
+ROWS = ("fcfs", "gandiva", "gavel-het", "elasticflow", "sia", "crius", "crius-measured", "crius-ddl")
 # Crius §8.2 (Philly with random types, 1,280 GPUs): avg JCT reduction of crius against each.
 PAPER_JCT_REDUCTION = {"fcfs": 0.813, "gandiva": 0.801, "gavel-het": 0.664, "elasticflow": 0.758}
 

@@ -90,6 +90,8 @@ def main() -> None:
     parser.add_argument("--depths", default="0,1,2,3,4,5")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--estimate", default="measured", choices=("measured", "agile"))
+    parser.add_argument("--name", default="crius_search_time", help="result file name")
     args = parser.parse_args()
     nodes = cluster_from_toml((ROOT / "etc/clusters/crius-1280.toml").read_text(), "crius-1280")
     snapshot = busy_snapshot(nodes, args.seed)
@@ -110,7 +112,7 @@ def main() -> None:
     rows = []
     for depth in (int(d) for d in args.depths.split(",")):
         config = preset("crius").with_overrides(
-            options={"reconfiguration": {"scale": [0.5, 2], "depth": depth}}
+            options={"reconfiguration": {"scale": [0.5, 2], "depth": depth, "estimate": args.estimate}}
         )
         scheduler = build_scheduler(config)
         plan_round(snapshot, scheduler)  # warm the Cell memo (what a running scheduler has)
@@ -137,8 +139,14 @@ def main() -> None:
         rows.append(row)
         print(row)
     write_result(
-        "crius_search_time",
-        {"gpus": sum(n.gpus for n in nodes), "running_jobs": len(running), "seed": args.seed, "rows": rows},
+        args.name,
+        {
+            "gpus": sum(n.gpus for n in nodes),
+            "running_jobs": len(running),
+            "seed": args.seed,
+            "estimate": args.estimate,
+            "rows": rows,
+        },
     )
 
 

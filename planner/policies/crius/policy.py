@@ -25,8 +25,9 @@ A changed or started job gets its Cell's plan (Cell-guided tuning, §5.2; the jo
 rescaled when the Cell's does not apply) and the GPU-proportional CPUs and memory.
 
 Options: ``depth`` (3), ``scale_counts`` / ``scale_types`` (true; false: the "no count
-scaling" / "no type scaling" ablations of §8.6), ``estimate`` (``measured``: the measured
-best-plan table; ``agile``: the agile estimate, §5.1), ``restart_cost_s`` (30, the
+scaling" / "no type scaling" ablations of §8.6), ``estimate`` (``agile``, the default: the
+agile estimate of §5.1, as Crius schedules; ``measured``: the measured best-plan table itself,
+which is the simulator's truth, so an oracle for comparison), ``restart_cost_s`` (30, the
 simulator's default checkpoint + relaunch), ``deadlines`` (false; true is ``crius-ddl``,
 :mod:`.deadline`) and ``scale``: ``[low, high]`` makes every job that gives no
 ``min_gpus``/``max_gpus`` and no ``gpu_types`` accept ``ceil(low N)`` to ``floor(high N)``
@@ -128,7 +129,7 @@ class CriusAllocation:
                 f.fail_key("scale", f"expected [low, high] with 0 < low <= 1 <= high, or false; got {raw!r}")
             scale = (float(raw[0]), float(raw[1]))
         return cls(
-            cell_model(choice(f, "estimate", ESTIMATES, "measured")),
+            cell_model(choice(f, "estimate", ESTIMATES, "agile")),
             Limits(
                 3 if depth is None else depth,
                 f.flag("scale_counts", True),

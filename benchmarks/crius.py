@@ -61,13 +61,13 @@ def trace(name: str, rigid: bool, jobs: int | None = None) -> list[TraceJob]:
 def config_of(row: str) -> SchedulerConfig:
     if row == "fcfs":
         return PRESETS["fifo"]
-    if row == "crius-agile":
+    if row == "crius-measured":
         base = PRESETS["crius"]
         options = {
             **base.options,
-            "reconfiguration": {**base.options["reconfiguration"], "estimate": "agile"},
+            "reconfiguration": {**base.options["reconfiguration"], "estimate": "measured"},
         }
-        return replace(base, name="crius-agile", options=options)
+        return replace(base, name="crius-measured", options=options)
     return PRESETS[row]
 
 

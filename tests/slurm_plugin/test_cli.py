@@ -122,8 +122,8 @@ def test_overrides_and_options_reach_the_scheduler(small, tmp_path):
     ("argv", "message"),
     [
         (
-            ["sim", "--scheduler", "gandiva", "--out", "x"],
-            "unknown scheduler preset 'gandiva'; known presets: fifo",
+            ["sim", "--scheduler", "optimus", "--out", "x"],
+            "unknown scheduler preset 'optimus'; known presets: fifo",
         ),
         (["sim", "--trace", "/nonexistent.csv", "--out", "x"], "/nonexistent.csv: no such file"),
         (["sim", "--round-s", "0", "--out", "x"], "round_s must be > 0"),

@@ -15,6 +15,7 @@ past the first check of each parser).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import tempfile
 from collections.abc import Callable
@@ -458,6 +459,36 @@ def _squeue(text: str) -> None:
         _ = (job.held, job.gpus_held_per_node, job.is_pending, job.holds_resources, job.memory_mb_per_node())
 
 
+SQUEUE_SEPARATOR = "~mosaic-fixture-separator~"  # contrib/capture_slurm_fixtures.py PAIR_SEPARATOR
+
+
+def _squeue_text(text: str) -> None:
+    """``squeue --Format`` output, what the controller reads each tick."""
+    from slurm_plugin.slurm.parse import parse_squeue_text
+
+    for job in parse_squeue_text(text, SQUEUE_SEPARATOR):
+        _ = (job.held, job.gpus_held_per_node, job.is_pending, job.holds_resources, job.memory_mb_per_node())
+
+
+@functools.cache
+def _gres_job() -> Any:
+    """Job 11 of the captured queue (2 nodes): the job the ``scontrol -d`` seed describes."""
+    from slurm_plugin.slurm.parse import parse_squeue_text
+
+    jobs = parse_squeue_text(_read("squeue_format.txt"), SQUEUE_SEPARATOR)
+    return next(j for j in jobs if j.id == "11")
+
+
+def _gres_detail(text: str) -> None:
+    """``scontrol -d show job`` of a running job: its GPU indices per node."""
+    from slurm_plugin.slurm.parse import parse_scontrol_gres_detail, with_gres_detail
+
+    job = _gres_job()
+    detail = parse_scontrol_gres_detail(text, job)
+    if detail is not None:
+        _ = with_gres_detail(job, detail).gpu_indices
+
+
 def _sinfo(text: str) -> None:
     from slurm_plugin.slurm.parse import parse_sinfo_json
 
@@ -513,6 +544,13 @@ def _plan_path(text: str) -> None:
 
 def _lines(text: str, count: int) -> str:
     return "".join(text.splitlines(keepends=True)[:count])
+
+
+def _records(text: str, separator: str, count: int) -> str:
+    """The first ``count`` records of ``squeue --Format`` output whose records end in
+    ``separator`` + newline."""
+    end = separator + "\n"
+    return "".join(record + end for record in text.split(end)[:count])
 
 
 def _targets() -> dict[str, Target]:
@@ -583,6 +621,20 @@ def _targets() -> dict[str, Target]:
             (SlurmParseError,),
             (small_squeue,),
             "json",
+            named=False,
+        ),
+        Target(
+            "squeue_text",
+            _squeue_text,
+            (SlurmParseError,),
+            (_records(_read("squeue_format.txt"), SQUEUE_SEPARATOR, 3),),
+            named=False,
+        ),
+        Target(
+            "scontrol_gres_detail",
+            _gres_detail,
+            (SlurmParseError,),
+            tuple(json.loads(_read("scontrol_detail.json")).values())[:1],
             named=False,
         ),
         Target(

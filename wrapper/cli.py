@@ -162,6 +162,17 @@ def _run(args: argparse.Namespace, command: list[str], env: dict[str, str], job_
     done_dir = ckpt_root / ".mosaic" / f"done-{os.getpid()}-{time.time_ns()}"
     spool = status.spool_dir(env)
     status_dir = Path(env.get("MOSAIC_STATUS_DIR") or status.status_dir(spool, job_id))
+    squatter = status.foreign_owner(status_dir)
+    if squatter is not None:
+        log.warning(
+            "job %s: status directory %s belongs to uid %d, not to this job's user (uid %d): the "
+            "controller will ignore this job's heartbeats and checkpoint markers (it cannot "
+            "checkpoint the job before a preemption); ask the administrator to remove the directory",
+            job_id,
+            status_dir,
+            squatter,
+            os.getuid(),
+        )
     child_env = {
         **env,
         **render.torch_plan_environment(plan, version),

@@ -45,6 +45,22 @@ def status_dir(spool: str | Path, job_id: str) -> Path:
     return Path(spool) / "status" / job_file_name(job_id, "a status directory")
 
 
+def foreign_owner(directory: str | Path, uid: int | None = None) -> int | None:
+    """The owner of ``directory`` when it exists and belongs to someone other than ``uid``
+    (this process's user by default), else ``None``.
+
+    The controller trusts a status directory only when the job's user owns it; one that
+    someone else created first (``status/`` is world-writable) silences the job: its
+    heartbeats and checkpoint markers would be ignored.
+    """
+    try:
+        info = os.lstat(directory)
+    except OSError:
+        return None
+    me = os.getuid() if uid is None else uid
+    return info.st_uid if info.st_uid != me else None
+
+
 def append_record(path: str | Path, record: Mapping[str, Any]) -> None:
     """Append one JSON line; a single ``write`` on an ``O_APPEND`` descriptor keeps lines whole."""
     p = Path(path)

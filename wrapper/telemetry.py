@@ -8,6 +8,7 @@ treated as "no GPU" rather than raised.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import psutil
@@ -20,13 +21,39 @@ class Telemetry:
 
     def __init__(self, pid: int | None = None) -> None:
         self._process = psutil.Process(pid or os.getpid())
-        self._process.cpu_percent(None)  # first call primes the counter (psutil returns 0.0)
+        self._seen: dict[tuple[int, float], float] = {}
+        self._last = (time.monotonic(), self.cpu_seconds())
         self._nvml = _nvml_handles()
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds used by this process and its descendants (DataLoader workers, pools)
+        since this object was made: the processes alive now, plus what exited ones had
+        used when last seen (a worker that ends between two samples loses only its last
+        moments; psutil's ``children_user`` is not added, it would count those twice)."""
+        try:
+            processes = [self._process, *self._process.children(recursive=True)]
+        except psutil.Error:
+            processes = [self._process]
+        for process in processes:
+            try:
+                times = process.cpu_times()
+                key = (process.pid, process.create_time())  # a reused pid is another process
+            except psutil.Error:
+                continue
+            self._seen[key] = times.user + times.system
+        return sum(self._seen.values())
+
+    def _cpu_percent(self) -> float:
+        """Percent of one core used by the process tree since the previous sample."""
+        now, used = time.monotonic(), self.cpu_seconds()
+        then, before = self._last
+        self._last = (now, used)
+        return round(100.0 * max(0.0, used - before) / (now - then), 1) if now > then else 0.0
 
     def sample(self) -> dict[str, Any]:
         memory = psutil.virtual_memory()
         record: dict[str, Any] = {
-            "cpu_percent": self._process.cpu_percent(None),
+            "cpu_percent": self._cpu_percent(),
             "rss_gb": round(self._process.memory_info().rss / _GB, 4),
             "node_cpu_percent": psutil.cpu_percent(None),
             "node_mem_used_gb": round((memory.total - memory.available) / _GB, 3),

@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import subprocess
 import sys
 import types
 
@@ -98,3 +99,19 @@ def test_gpu_telemetry_is_reported_where_nvml_sees_gpus(monkeypatch):
     ]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert "gpus" not in Telemetry().sample()
+
+
+def test_cpu_telemetry_counts_the_work_of_child_processes(tmp_path):
+    # DataLoader workers and pools do a CPU-bound job's work: a rank's CPU use must include them.
+    telemetry = Telemetry()
+    before = telemetry.cpu_seconds()
+    burn = "import time\nwhile time.process_time() < 0.4: pass\nprint('done', flush=True)\ntime.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", burn], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "done"
+        assert telemetry.cpu_seconds() - before >= 0.35
+        assert telemetry.sample()["cpu_percent"] > 0
+    finally:
+        child.kill()
+        child.wait()
+    assert telemetry.cpu_seconds() - before >= 0.35  # an ended child's work is still counted

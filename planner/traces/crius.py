@@ -42,14 +42,13 @@ measured) on any of the four types, the scaling range of Crius's Cells (§4).
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from planner.errors import TraceError
+from planner.traces.artifact_csv import artifact_rows
 from planner.traces.records import TraceJob
 from profiles.perfmodel.crius import CriusTable, builtin_crius
 
@@ -145,71 +144,16 @@ def iteration_time(
     return None
 
 
-class _Cells:
-    def __init__(self, row: dict[str, str | None], source: str, line: int) -> None:
-        self.row, self.where = row, f"{source}:{line}"
-
-    def fail(self, column: str, message: str) -> TraceError:
-        return TraceError(f"{self.where}: column '{column}': {message}")
-
-    def text(self, column: str) -> str:
-        value = (self.row.get(column) or "").strip()
-        if not value:
-            raise self.fail(column, "is empty")
-        return value
-
-    def number(self, column: str) -> float:
-        text = self.text(column)
-        try:
-            value = float(text)
-        except ValueError:
-            raise self.fail(column, f"expected a number, got {text!r}") from None
-        if not math.isfinite(value) or value < 0:
-            raise self.fail(column, f"expected a finite number >= 0, got {text!r}")
-        return value
-
-    def integer(self, column: str) -> int:
-        value = self.number(column)
-        if not value.is_integer() or value < 1:
-            raise self.fail(column, f"expected a whole number >= 1, got {self.text(column)!r}")
-        return int(value)
-
-
-def _rows(reader: csv.DictReader[str], source: str) -> Iterator[dict[str, str | None]]:
-    while True:
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as e:  # raised before the reader counts the line it failed on
-            raise TraceError(f"{source}:{reader.line_num + 1}: not valid CSV: {e}") from None
-        yield row
-
-
 def parse_crius_trace(text: str, source: str = "crius trace", table: CriusTable | None = None) -> Conversion:
     """Convert one of the artifact's trace CSVs (module docstring), sorted by submission."""
     table = builtin_crius() if table is None else table
-    reader = csv.DictReader(io.StringIO(text))
-    try:
-        header = [h.strip() for h in reader.fieldnames or ()]
-    except csv.Error as e:
-        raise TraceError(f"{source}:1: not valid CSV: {e}") from None
-    missing = [c for c in ARTIFACT_COLUMNS if c not in header]
-    if missing:
-        raise TraceError(
-            f"{source}:1: missing column(s) {', '.join(missing)}; the header has {', '.join(header)}"
-        )
-    reader.fieldnames = header
     rows: list[tuple[str, float, float, int, str, str, int, int, str]] = []
     seen: dict[str, int] = {}
-    for row in _rows(reader, source):
-        if None in row:
-            raise TraceError(f"{source}:{reader.line_num}: more cells than the header has columns")
-        c = _Cells(row, source, reader.line_num)
+    for c in artifact_rows(text, source, ARTIFACT_COLUMNS):
         job_id = c.text("job_id")
         if job_id in seen:
             raise c.fail("job_id", f"duplicate job id {job_id!r} (first on line {seen[job_id]})")
-        seen[job_id] = reader.line_num
+        seen[job_id] = c.line
         submit, deadline = c.number("submission_time"), c.number("deadline")
         if deadline <= submit:
             raise c.fail("deadline", f"{deadline:g} is not after the submission time {submit:g}")

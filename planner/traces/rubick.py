@@ -35,15 +35,13 @@ simulator does not use them either. Every error names the source, the line and t
 
 from __future__ import annotations
 
-import csv
-import io
-import math
-from collections.abc import Mapping
 from typing import Any
 
 from planner.errors import TraceError
 from planner.execplan import PlanError, plan_from_mapping, resolve
+from planner.traces.artifact_csv import Cells, artifact_rows
 from planner.traces.records import TraceJob
+from profiles.names import normalise
 from profiles.perfmodel.rubick_measured import (
     GPU_TYPE,
     GPUS_PER_NODE,
@@ -101,59 +99,18 @@ def gpu_bounds(model: str, code: str, num_gpus: int, times: RubickMeasured) -> t
     return min([*counts, num_gpus]), max([*counts, num_gpus])
 
 
-class _Cells:
-    def __init__(self, row: Mapping[str, str | None], source: str, line: int) -> None:
-        self.row, self.where = row, f"{source}:{line}"
-
-    def fail(self, column: str, message: str) -> TraceError:
-        return TraceError(f"{self.where}: column '{column}': {message}")
-
-    def text(self, column: str) -> str:
-        value = (self.row.get(column) or "").strip()
-        if not value:
-            raise self.fail(column, "is empty")
-        return value
-
-    def number(self, column: str, minimum: float = 0.0) -> float:
-        text = self.text(column)
-        try:
-            value = float(text)
-        except ValueError:
-            raise self.fail(column, f"expected a number, got {text!r}") from None
-        if not math.isfinite(value) or value < minimum:
-            raise self.fail(column, f"expected a finite number >= {minimum:g}, got {text!r}")
-        return value
-
-    def integer(self, column: str, minimum: int) -> int:
-        value = self.number(column, minimum)
-        if not value.is_integer():
-            raise self.fail(column, f"expected a whole number, got {self.text(column)!r}")
-        return int(value)
-
-
 def parse_workload(
     text: str, source: str = "workload", times: RubickMeasured | None = None
 ) -> tuple[TraceJob, ...]:
     """Convert one artifact workload CSV (module docstring) into trace jobs, in file order."""
     times = builtin_rubick_measured() if times is None else times
-    reader = csv.DictReader(io.StringIO(text))
-    header = [h.strip() for h in reader.fieldnames or ()]
-    missing = [c for c in WORKLOAD_COLUMNS if c not in header]
-    if missing:
-        raise TraceError(
-            f"{source}:1: missing column(s) {', '.join(missing)}; the header has {', '.join(header)}"
-        )
-    reader.fieldnames = header
-    rows: list[tuple[_Cells, dict[str, Any]]] = []
+    rows: list[tuple[Cells, dict[str, Any]]] = []
     seen: dict[str, int] = {}
-    for row in reader:
-        if None in row:
-            raise TraceError(f"{source}:{reader.line_num}: more cells than the header has columns")
-        c = _Cells(row, source, reader.line_num)
+    for c in artifact_rows(text, source, WORKLOAD_COLUMNS):
         name = c.text("name")
         if name in seen:
             raise c.fail("name", f"duplicate job name {name!r} (first on line {seen[name]})")
-        seen[name] = reader.line_num
+        seen[name] = c.line
         rows.append((c, _convert(c, name, times)))
     if not rows:
         raise TraceError(f"{source}: no jobs after the header")
@@ -167,8 +124,8 @@ def parse_workload(
     )
 
 
-def _convert(c: _Cells, name: str, times: RubickMeasured) -> dict[str, Any]:
-    model = c.text("application").lower()
+def _convert(c: Cells, name: str, times: RubickMeasured) -> dict[str, Any]:
+    model = normalise(c.text("application"))  # the name the measurements are keyed by
     if not times.knows(model):
         raise c.fail(
             "application", f"unknown model {model!r}; expected one of {', '.join(sorted(times.batches))}"

@@ -542,6 +542,18 @@ def _plan_path(text: str) -> None:
             raise Bug(f"job id {text!r} names {path}, outside {base}")
 
 
+def _rubick_workload(text: str) -> None:
+    from planner.traces.rubick import parse_workload
+
+    parse_workload(text, SOURCE)
+
+
+def _crius_trace(text: str) -> None:
+    from planner.traces.crius import parse_crius_trace
+
+    parse_crius_trace(text, SOURCE)
+
+
 def _lines(text: str, count: int) -> str:
     return "".join(text.splitlines(keepends=True)[:count])
 
@@ -568,6 +580,9 @@ def _targets() -> dict[str, Target]:
         "plan,plans,min_gpus,max_gpus,gpu_types\n"
         'a,0,2,100,resnet50,64,v100,t1,true,500,"{""tp"": 1}","[{""zero_stage"": 1}]",1,4,v100;a100\n'
     )
+    bundled = ROOT / "planner" / "sim" / "bundled"
+    rubick_workload = (bundled / "rubick_workload_mt.csv").read_text(encoding="utf-8")
+    crius_trace = (bundled / "crius_simulate_trace_venus.csv").read_text(encoding="utf-8")
     listing = [
         Target("directives", _directives, (InputError,), (SCRIPT,)),
         Target(
@@ -576,6 +591,8 @@ def _targets() -> dict[str, Target]:
         Target("snapshot", _snapshot, (InputError,), (json.dumps(SNAPSHOT),), "json"),
         Target("round_plan", _round_plan, (InputError,), (json.dumps(ROUND_PLAN),), "json"),
         Target("trace", _trace, (InputError,), (_lines(trace, 8), elastic_trace)),
+        Target("rubick_workload", _rubick_workload, (InputError,), (_lines(rubick_workload, 6),)),
+        Target("crius_trace", _crius_trace, (InputError,), (_lines(crius_trace, 6),)),
         Target(
             "cluster_toml",
             _cluster,

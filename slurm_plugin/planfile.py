@@ -38,7 +38,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from planner.errors import InputError
+from planner.errors import InputError, MosaicError
 from planner.fields import loads_json
 from planner.model import Assignment
 from wrapper import plandoc, status
@@ -54,6 +54,10 @@ PLANS_DIR_MODE = 0o755
 STATUS_DIR_MODE = 0o1777
 LOCK_TIMEOUT_S = 30.0
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+class PlanWriteError(MosaicError):
+    """A plan file could not be written (a full or read-only spool): names the file."""
 
 
 def _job_name(job_id: str) -> str:
@@ -95,12 +99,22 @@ def write_plan(spool: str | Path, job_id: str, version: int | None, assignment: 
 
     The plan is checked first (an impossible plan raises :class:`planner.execplan.PlanError`
     and nothing is written); the file is created 0644 before it is renamed into place, so
-    the job can read every version it may see.
+    the job can read every version it may see. A file system that refuses the write (full,
+    read-only) raises :class:`PlanWriteError` naming the file, and leaves the file as it was.
     """
+    path = plan_path(spool, job_id)
+    try:
+        return _write_plan(spool, path, job_id, version, assignment)
+    except OSError as e:
+        raise PlanWriteError(f"{path}: cannot write the plan file: {e.strerror or e}") from e
+
+
+def _write_plan(
+    spool: str | Path, path: Path, job_id: str, version: int | None, assignment: Assignment
+) -> Path:
     import json
 
     ensure_spool(spool)
-    path = plan_path(spool, job_id)
     with FileLock(str(path.with_name(f".{path.name}.lock")), timeout=LOCK_TIMEOUT_S):
         if version is None:
             version = _current_version(path) + 1

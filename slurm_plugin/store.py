@@ -8,6 +8,12 @@ that crashed half-way through a round finds, on restart, which round to complete
 
 Every write is one transaction (``with self.db``), so a crash leaves the store at the
 last committed state; WAL lets ``mosaic status`` read while the controller writes.
+
+The file carries its schema version (SQLite's ``user_version``, :data:`SCHEMA_VERSION`). A
+file that is not a SQLite database (garbage, truncated), another program's database, or a
+store of a newer schema is refused when it is opened, and any SQLite failure later (a full
+disk, a file damaged under the controller) is a :class:`StoreError` naming the file, so
+the controller's tick reports it instead of crashing and takes no Slurm action on it.
 """
 
 from __future__ import annotations
@@ -19,7 +25,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from planner.errors import MosaicError
 from profiles.observed import ObservedPoint, Shape
+
+SCHEMA_VERSION = 1
+"""The store's schema version (``PRAGMA user_version``). A store written before versions
+were recorded reads 0 and is version 1 when its tables are Mosaic's."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -76,6 +87,84 @@ CREATE INDEX IF NOT EXISTS observations_by_point ON observations (model, shape, 
 """
 
 
+class StoreError(MosaicError):
+    """The state store cannot be opened, read or written (names the file and what to do)."""
+
+
+MOVE_AWAY = (
+    "move it away (the controller then starts an empty store: attained service, policy state "
+    "and round history are lost; jobs in Slurm are not) or restore it from a backup"
+)
+
+
+class _Cursor(sqlite3.Cursor):
+    """A cursor whose SQLite errors are :class:`StoreError` (rows are read at C speed, as
+    they come: a store damaged under a running controller can still raise ``sqlite3``'s
+    own error while they are read, which the tick reports too)."""
+
+    path = ""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> _Cursor:
+        with _named(self.path):
+            super().execute(sql, parameters)
+        return self
+
+    def executemany(self, sql: str, seq: Any, /) -> _Cursor:
+        with _named(self.path):
+            super().executemany(sql, seq)
+        return self
+
+
+class _Connection(sqlite3.Connection):
+    """A connection whose SQLite errors, commits included, are :class:`StoreError`."""
+
+    path = ""
+
+    def cursor(self, factory: Any = None) -> Any:
+        cur = super().cursor(factory or _Cursor)
+        cur.path = self.path
+        return cur
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        return self.cursor().execute(sql, parameters)
+
+    def executemany(self, sql: str, seq: Any, /) -> Any:
+        return self.cursor().executemany(sql, seq)
+
+    def executescript(self, script: str, /) -> Any:
+        with _named(self.path):
+            return super().executescript(script)
+
+    def __exit__(self, *exc: Any) -> Any:
+        with _named(self.path):
+            return super().__exit__(*exc)
+
+
+class _named:
+    """Turns a SQLite error into a :class:`StoreError` naming the store's file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
+        if isinstance(error, sqlite3.Error):
+            raise StoreError(_describe(self.path, error)) from error
+
+
+def _describe(path: str, error: sqlite3.Error) -> str:
+    text = str(error)
+    if isinstance(error, sqlite3.DatabaseError) and "not a database" in text:
+        return f"{path}: not a Mosaic state store (not a SQLite database: {text}); {MOVE_AWAY}"
+    if "malformed" in text or "corrupt" in text:
+        return f"{path}: the state store is damaged ({text}); {MOVE_AWAY}"
+    if "full" in text:
+        return f"{path}: cannot write the state store ({text}): free space on its file system"
+    return f"{path}: state store: {text}"
+
+
 @dataclass(frozen=True)
 class JobRecord:
     job_id: str
@@ -107,12 +196,53 @@ class Store:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(SCHEMA)
+        with _named(str(self.path)):
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None, factory=_Connection)
+        db.path = str(self.path)
+        self.db = db
+        try:
+            self._check_schema()
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(SCHEMA)
+            self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except BaseException:
+            self.db.close()
+            raise
         self.db.isolation_level = "DEFERRED"
         self._seen: dict[str, tuple[tuple[Any, ...], JobRecord]] = {}
+
+    def _check_schema(self) -> None:
+        """Refuse a database this Mosaic cannot read: a newer schema, or another program's."""
+        version = int(self.db.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: state store schema version {version}, written by a newer Mosaic (this "
+                f"one reads version {SCHEMA_VERSION}): run that Mosaic's controller, or {MOVE_AWAY}"
+            )
+        problems = [str(r[0]) for r in self.db.execute("PRAGMA quick_check(5)")]
+        if problems != ["ok"]:
+            raise StoreError(f"{self.path}: the state store is damaged ({'; '.join(problems)}); {MOVE_AWAY}")
+        tables = {
+            str(r[0]): str(r[1])
+            for r in self.db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'")
+        }
+        if not tables:
+            return  # a new store
+        ours = set(_TABLE_COLUMNS)
+        missing = sorted(name for name in ("jobs", "rounds", "actions", "ticks") if name not in tables)
+        if missing:
+            raise StoreError(
+                f"{self.path}: not a Mosaic state store (no table {', '.join(missing)}; "
+                f"tables: {', '.join(sorted(tables)) or 'none'}); {MOVE_AWAY}"
+            )
+        for name in sorted(ours & set(tables)):
+            columns = [str(r[1]) for r in self.db.execute(f"PRAGMA table_info({name})")]
+            if columns != list(_TABLE_COLUMNS[name]):
+                raise StoreError(
+                    f"{self.path}: not a Mosaic state store of schema version {SCHEMA_VERSION} (table "
+                    f"{name} has columns {', '.join(columns)}); {MOVE_AWAY}"
+                )
 
     def close(self) -> None:
         self.db.close()
@@ -354,6 +484,36 @@ class Store:
 
 
 _POLICY_STATE = 7  # the jobs table's policy_state column (SCHEMA's order)
+
+_TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "jobs": (
+        "job_id",
+        "num_gpus",
+        "meta",
+        "attained_gpu_s",
+        "progress",
+        "accounted_until_s",
+        "pending_since_s",
+        "policy_state",
+        "plan_version",
+        "first_seen_s",
+        "finished_s",
+    ),
+    "rounds": ("round_id", "time_s", "status", "plan", "actions", "error"),
+    "actions": ("request_id", "round_id", "job_id", "kind", "status", "detail", "time_s"),
+    "ticks": ("tick_id", "time_s", "ok", "round_id", "error", "duration_s"),
+    "observations": (
+        "job_id",
+        "plan_version",
+        "model",
+        "shape",
+        "cpus_per_gpu",
+        "mem_gb_per_gpu",
+        "samples_per_s_per_gpu",
+        "time_s",
+    ),
+}
+"""Each table's columns in SCHEMA's order (the records are read by position)."""
 
 
 def _job_record(row: tuple[Any, ...]) -> JobRecord:

@@ -37,7 +37,7 @@ from slurm_plugin.controller.roundlock import RoundBusy, round_lock
 from slurm_plugin.slurm.backend import SlurmClient
 from slurm_plugin.slurm.parse import SlurmJob
 from slurm_plugin.slurm.runner import SlurmError
-from slurm_plugin.store import JobRecord, Store
+from slurm_plugin.store import JobRecord, Store, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -203,9 +203,18 @@ class Controller:
             else:
                 log.error("round %d left half-applied (completed next tick): %s", round_id, e)
             report = TickReport(now, ok=False, round_id=round_id, error=str(e))
-        self.store.log_tick(now, report.ok, report.round_id, report.error, time.perf_counter() - started)
+        except StoreError as e:  # a full disk, a damaged file: act on nothing the store cannot record
+            log.error("tick at %.0f: %s", now, e)
+            report = TickReport(now, ok=False, round_id=self._in_progress(), error=str(e))
+        self._log_tick(now, report.ok, report.round_id, report.error, time.perf_counter() - started)
         self._write_metrics(report)
         return report
+
+    def _log_tick(self, *row: Any) -> None:
+        try:
+            self.store.log_tick(*row)
+        except StoreError as e:
+            log.error("tick not recorded: %s", e)
 
     def _in_progress(self) -> int | None:
         """The round being applied when the tick failed (set by :meth:`_tick`)."""
@@ -271,7 +280,7 @@ class Controller:
             return
         try:
             metrics.write(path, self.store, report)
-        except OSError as e:
+        except (OSError, StoreError) as e:
             log.warning("metrics not written to %s: %s", path, e)
 
     # -- loop -------------------------------------------------------------------------
@@ -298,7 +307,7 @@ class Controller:
                 self.tick()
             except Exception:  # the tick boundary: one bad tick must not end the controller
                 log.exception("tick failed")
-                self.store.log_tick(started, False, None, "unexpected error (see log)", 0.0)
+                self._log_tick(started, False, None, "unexpected error (see log)", 0.0)
             count += 1
             if (ticks is not None and count >= ticks) or (done is not None and done()):
                 break

@@ -12,6 +12,7 @@ the next tick, as before.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import time
@@ -52,9 +53,11 @@ def round_lock(
                         f"(waited {wait_s:g} s)"
                     ) from None
                 sleep(POLL_S)
-        # Who holds it, for an operator looking at a stuck spool (informational only).
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        # Who holds it, for an operator looking at a stuck spool (informational only: a full
+        # spool must not stop the round here; the flock is the lock).
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
         try:
             yield
         finally:

@@ -41,6 +41,32 @@ from planner.metrics import JobRecord, active_at_arrival, summarize
 from planner.relaunch import Change
 from slurm_plugin.directives import decode_comment
 from slurm_plugin.slurm.parse import SlurmParseError, parse_time, tres_map
+from slurm_plugin.slurm.runner import SlurmCommandError
+
+_DBD_REFUSED = re.compile(r"connection to host:(\S+?):(\d+): Connection refused")
+
+
+def accounting_error(e: SlurmCommandError) -> str:
+    """What ``sacct``'s failure means, naming what is down: slurmdbd (its host and port, from
+    sacct's own message) or the database behind it (MariaDB/MySQL); else sacct's message."""
+    text = e.stderr
+    m = _DBD_REFUSED.search(text)
+    if m is not None:
+        return (
+            f"Slurm accounting is down: slurmdbd at {m.group(1)}:{m.group(2)} refused the connection "
+            "(is slurmdbd running?); nothing was written"
+        )
+    if "Connection refused" in text and "database" in text.lower():
+        return (
+            "Slurm accounting is down: slurmdbd refused the connection (is slurmdbd running?); "
+            "nothing was written"
+        )
+    if "Unable to connect to database" in text:
+        return (
+            "Slurm accounting is down: slurmdbd answers but cannot reach its database (MariaDB/MySQL: "
+            "is it running?); nothing was written"
+        )
+    return f"sacct failed, nothing was written: {e}"
 
 
 @dataclass(frozen=True)

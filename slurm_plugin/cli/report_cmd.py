@@ -12,8 +12,9 @@ from planner.metrics import jobs_csv
 from slurm_plugin.cli.controller_cmd import _live_args, load_config
 from slurm_plugin.cli.sim_cmd import format_summary
 from slurm_plugin.files import read_toml, write_atomic, write_json
-from slurm_plugin.report import Report, build_report, summary
+from slurm_plugin.report import Report, accounting_error, build_report, summary
 from slurm_plugin.slurm.backend import CliSlurm
+from slurm_plugin.slurm.runner import SlurmCommandError, SlurmError
 from slurm_plugin.store import Store
 
 
@@ -53,7 +54,11 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args)
     client = CliSlurm(config.slurm_env, timeout_s=max(config.command_timeout_s, 120.0))
     now = time.time()
-    report = build_report(client.sacct_runs(args.since, args.until), config.partitions, now)
+    try:
+        rows = client.sacct_runs(args.since, args.until)
+    except SlurmCommandError as e:
+        raise SlurmError(accounting_error(e)) from e
+    report = build_report(rows, config.partitions, now)
     nodes = [n for n in client.nodes() if set(n.partitions) & set(config.partitions)]
     decisions = _decision_times(config.store_path, report)
     doc = summary(

@@ -289,6 +289,16 @@ def _start_accounting(cluster: Cluster) -> None:
         ],
         timeout_s=120,
     )
+    _launch_mariadb(cluster)
+    # slurmdbd reads slurmdbd.conf from the directory of $SLURM_CONF.
+    run(["slurmdbd"], env=cluster.env, timeout_s=30)
+    _wait_for("slurmdbd", lambda: _tcp_open(cluster.layout.dbd_port), 60, r / "log" / "slurmdbd.log")
+
+
+def _launch_mariadb(cluster: Cluster) -> None:
+    """Start the cluster's MariaDB on its existing data directory and wait for its port."""
+    r = cluster.layout.root
+    data = r / "db" / "data"
     log_file = r / "log" / "mariadb.log"
     run(
         [
@@ -313,9 +323,6 @@ def _start_accounting(cluster: Cluster) -> None:
         timeout_s=10,
     )
     _wait_for("mariadb", lambda: _tcp_open(cluster.layout.db_port), 60, log_file)
-    # slurmdbd reads slurmdbd.conf from the directory of $SLURM_CONF.
-    run(["slurmdbd"], env=cluster.env, timeout_s=30)
-    _wait_for("slurmdbd", lambda: _tcp_open(cluster.layout.dbd_port), 60, r / "log" / "slurmdbd.log")
 
 
 def _tcp_open(port: int) -> bool:
@@ -415,6 +422,60 @@ def _stop(pid: int, root: Path, timeout_s: float) -> None:
     log.warning("pid %d did not stop on SIGTERM; killing it", pid)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+
+
+# -- one daemon down and up again (the dependency-fault tests) ----------------------------
+
+RESTARTABLE = ("slurmctld", "slurmdbd", "mariadb")
+
+
+def stop_daemon(cluster: Cluster, name: str, timeout_s: float = 30.0) -> int:
+    """Stop one of the cluster's daemons (:data:`RESTARTABLE`) by its PID, as a crash or an
+    admin would; returns the PID. slurmctld saves its state in ``StateSaveLocation`` on
+    SIGTERM, so :func:`start_daemon` brings it back with every job it knew."""
+    if name not in RESTARTABLE:
+        raise ClusterError(f"cannot stop {name!r}: one of {', '.join(RESTARTABLE)}")
+    pid = daemon_pids(cluster).get(name)
+    if pid is None:
+        raise ClusterError(f"{cluster.layout.root}: {name} is not running")
+    _stop(pid, cluster.layout.root, timeout_s)
+    if _ours(pid, cluster.layout.root):
+        raise ClusterError(f"{name} (pid {pid}) did not stop within {timeout_s:g} s")
+    return pid
+
+
+def start_daemon(cluster: Cluster, name: str, timeout_s: float = 60.0) -> None:
+    """Start a daemon :func:`stop_daemon` stopped, on the state it left: slurmctld without
+    ``-c`` (it recovers its jobs from ``StateSaveLocation``; returns once every node
+    answers again), slurmdbd, MariaDB on its data directory."""
+    r = cluster.layout.root
+    if name not in RESTARTABLE:
+        raise ClusterError(f"cannot start {name!r}: one of {', '.join(RESTARTABLE)}")
+    if daemon_pids(cluster).get(name) is not None:
+        raise ClusterError(f"{r}: {name} is already running")
+    if name == "mariadb":
+        _launch_mariadb(cluster)
+    elif name == "slurmdbd":
+        run(["slurmdbd"], env=cluster.env, timeout_s=30)
+        _wait_for(
+            "slurmdbd", lambda: _tcp_open(cluster.layout.dbd_port), timeout_s, r / "log" / "slurmdbd.log"
+        )
+    else:
+        run(["slurmctld", "-f", str(cluster.layout.conf)], env=cluster.env, timeout_s=30)
+        ctld_log = r / "log" / "slurmctld.log"
+        _wait_for("slurmctld", lambda: _tcp_open(cluster.layout.ctld_port), timeout_s, ctld_log)
+        _wait_for("nodes", lambda: _all_responding(cluster), timeout_s, ctld_log)
+
+
+def _all_responding(cluster: Cluster) -> bool:
+    """Every node registered with slurmctld (no ``*``: not responding; not down or unknown)."""
+    try:
+        states = node_states(cluster)
+    except SlurmCommandError:
+        return False
+    return set(states) == set(cluster.node_names()) and not any(
+        "*" in s or s.startswith(("down", "unk")) for s in states.values()
+    )
 
 
 def status(root: Path = DEFAULT_ROOT) -> dict[str, Any]:

@@ -15,7 +15,6 @@ current state, so re-applying a half-applied round only does what is left.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,11 +47,12 @@ log = logging.getLogger(__name__)
 # job created in the same second or earlier (Slurm's cred.c compares whole seconds,
 # ``ctime <= revoked``): the relaunch is then killed at once and the job ends FAILED
 # ("Killing non-startable batch JobId=J: Job credential revoked"). Slurm's own requeue waits
-# out ``cred_expire``; ``StartTime=now`` skips that wait, so a requeued job is released no
-# earlier than this margin into the second after its run ended: after the later of its
-# requeue (Slurm resets a requeued job's SubmitTime to the requeue time, on slurmctld's
-# clock) and the moment this actuator saw it leave its nodes. The margin covers a small
-# clock skew between this host and slurmctld.
+# out ``cred_expire``; ``StartTime=now`` skips that wait. Both times are on slurmctld's
+# clock (the revoke time comes with its terminate request, the credential's with the
+# launch), which this host's clock may be seconds off: so a requeued job is released only
+# once a whole second plus this margin has passed, on this host's own clock, since a moment
+# known to follow the revocation: when this actuator saw the job leave its nodes, or first
+# saw it pending after that requeue (the requeue's SubmitTime is only compared with itself).
 CREDENTIAL_MARGIN_S = 0.25
 
 # Slurm starts a released job at its next scheduling pass (0.2-0.9 s with the scheduler
@@ -84,8 +84,8 @@ def never_runnable(reason: str) -> bool:
 
 
 def credential_wait_s(ended_at: float, now: float) -> float:
-    """How long to wait before releasing a job whose last run ended at ``ended_at`` (wall clock)."""
-    return max(0.0, math.floor(ended_at) + 1 + CREDENTIAL_MARGIN_S - now)
+    """How long to wait before releasing a job seen ended at ``ended_at`` (both on this host's clock)."""
+    return max(0.0, ended_at + 1 + CREDENTIAL_MARGIN_S - now)
 
 
 @dataclass
@@ -117,6 +117,8 @@ class Actuator:
         self.sleep = sleep
         # When each job stopped by this actuator was seen to have left its nodes.
         self._stopped_at: dict[str, float] = {}
+        # When this actuator first saw each requeue (job, SubmitTime) of a pending job.
+        self._requeue_seen: dict[tuple[str, float], float] = {}
         # The jobs the last apply released, until Slurm is seen to have started them.
         self._released: set[str] = set()
         # Starts Slurm refused (never runnable), by job: the update's fields and the reason.
@@ -126,6 +128,8 @@ class Actuator:
         result = ApplyResult()
         now = self.clock()
         self._stopped_at = {j: t for j, t in self._stopped_at.items() if t > now - 10.0}
+        requeued = {(j, sj.submit_time) for j, sj in obs.managed.items() if sj.restarts and sj.is_pending}
+        self._requeue_seen = {k: self._requeue_seen.get(k, now) for k in requeued}
         for a in actions:
             self.store.log_action(a.request_id, round_id, a.job_id, a.kind, "planned", a.reason, self.clock())
         stops = [a for a in actions if a.kind is Kind.STOP]
@@ -282,7 +286,7 @@ class Actuator:
         """Sleep until a relaunch of ``sj`` gets a credential slurmd accepts (CREDENTIAL_MARGIN_S)."""
         ends = [self._stopped_at.pop(sj.id)] if sj.id in self._stopped_at else []
         if sj.restarts > 0:
-            ends.append(sj.submit_time)  # the requeue time
+            ends.append(self._requeue_seen.setdefault((sj.id, sj.submit_time), self.clock()))
         if not ends:
             return  # never ran: no credential was revoked
         wait = credential_wait_s(max(ends), self.clock())

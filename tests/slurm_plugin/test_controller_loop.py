@@ -179,21 +179,26 @@ def test_a_job_stopped_and_started_in_one_round_is_released_in_a_later_second(se
     assert released_at["1"] >= 1e9 + 1 + CREDENTIAL_MARGIN_S and len(clock.sleeps) == 1
 
 
-def test_a_job_requeued_this_second_waits_even_for_another_actuator(setup):
-    # Job 3 of the fixture is requeued and held: Slurm reset its SubmitTime to the requeue.
+def test_a_job_requeued_by_another_actuator_waits_a_second_from_when_this_one_saw_it(setup):
+    # Job 3 of the fixture is requeued and held: Slurm reset its SubmitTime to the requeue, on
+    # slurmctld's clock, which this host's may be seconds off. So the wait is measured on this
+    # host's clock alone, from when this actuator first saw the requeue.
     config, slurm, store = setup
     requeued = next(j for j in slurm.jobs() if j.id == "3")
     assert requeued.restarts == 1
-    clock = SteppedClock(requeued.submit_time + 0.4)
-    obs = build_observation(clock(), slurm.jobs(), slurm.nodes(), {}, config)
     start = Action(Kind.START, "3", "r1-start-3", "started", Assignment((("n1", 0),), 1, 2.0))
-    result = Actuator(slurm, store, config, clock=clock, sleep=clock.sleep).apply(obs, [start], 1)
-    assert result.done == ["r1-start-3"], result
-    assert clock.sleeps == [pytest.approx(0.6 + CREDENTIAL_MARGIN_S)]
-    clock.now += 5.0  # seconds later: released at once
-    slurm._jobs = [replace(j, state="PENDING", priority=0) if j.id == "3" else j for j in slurm._jobs]
-    assert Actuator(slurm, store, config, clock=clock, sleep=clock.sleep).apply(obs, [start], 2).done
-    assert len(clock.sleeps) == 1
+    for skew in (-3.6, 0.4, 3.6):  # this host's clock behind, nearly with, ahead of slurmctld's
+        slurm._jobs = [replace(j, state="PENDING", priority=0) if j.id == "3" else j for j in slurm._jobs]
+        clock = SteppedClock(requeued.submit_time + skew)
+        obs = build_observation(clock(), slurm.jobs(), slurm.nodes(), {}, config)
+        actuator = Actuator(slurm, store, config, clock=clock, sleep=clock.sleep)
+        assert actuator.apply(obs, [start], 1).done == ["r1-start-3"]
+        assert clock.sleeps == [pytest.approx(1 + CREDENTIAL_MARGIN_S)], skew
+        # Seen a round earlier, long enough ago: released at once.
+        clock.now += 5.0
+        slurm._jobs = [replace(j, state="PENDING", priority=0) if j.id == "3" else j for j in slurm._jobs]
+        assert actuator.apply(obs, [start], 2).done
+        assert len(clock.sleeps) == 1
 
 
 def test_a_start_waits_for_slurm_to_run_the_job_and_the_next_tick_for_what_it_did_not(setup):

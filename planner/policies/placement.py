@@ -18,16 +18,21 @@ Cost: a simulation at twice a cluster's capacity has thousands of pending jobs, 
 which can start in a round. The board keeps, per GPU type, an upper bound on any node's
 free GPUs (free counts only fall during a walk), so a job that cannot fit is told why
 in constant time, and the answer for a demand (GPU count, accepted types) is reused
-until a GPU is taken again. Outcomes are exactly those of the full search.
+until a GPU is taken again. At capacity the cost is the running jobs instead (hundreds,
+all kept, every round): their GPUs' board coordinates are remembered per assignment
+object from round to round, and, when no two running jobs hold the same GPU, their
+reservations are written GPU by GPU only when a search first needs them (before that,
+a kept job only lowers its nodes' free counts; no GPU can have been taken from it, since
+only a search takes GPUs). Outcomes are exactly those of the full search.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Self
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
 
-from planner.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
+from planner.model import Assignment, GpuSlot, Job, JobState, Node, Outcome, Snapshot
 from planner.policies.common import options_reader
 from planner.registry import StageContext
 from planner.stages import PLACEMENTS, Draft
@@ -64,6 +69,37 @@ class _Board:
         self.failed: dict[tuple[int, tuple[str, ...]], Outcome] = {}  # valid at failed_version
         self.failed_version = 0
         self.demands: dict[tuple[int, tuple[str, ...]], _Demand] = {}
+        # Deferred reservations (see ConsolidatedPlacement.place): the running jobs not yet
+        # visited, job id -> (coordinates, rank), and the GPUs of those kept so far; None
+        # once written to the per-GPU arrays (or when reservations are written up front).
+        self.unvisited: dict[str, tuple[list[tuple[int, int]], int]] | None = None
+        self.kept_early: list[list[tuple[int, int]]] = []
+        self.type_of = [n.gpu_type for n in nodes]
+
+    def materialize(self) -> None:
+        """Write the deferred reservations: the per-GPU state a search reads becomes what
+        reserving every running job up front and keeping the visited ones would give."""
+        unvisited = self.unvisited
+        if unvisited is None:
+            return
+        self.unvisited = None
+        taken, n_open = self.taken, self.n_open
+        for coords in self.kept_early:  # reserved then kept: taken, not open
+            for i, k in coords:
+                taken[i][k] = True
+                n_open[i] -= 1
+        self.kept_early = []
+        for coords, rank in unvisited.values():
+            self.reserve(coords, rank)
+
+    def keep_early(self, coords: list[tuple[int, int]]) -> None:
+        """:meth:`keep` while reservations are deferred: the free counts now, the GPUs later."""
+        self.version += 1
+        n_free, by_type, type_of = self.n_free, self.free_by_type, self.type_of
+        for i, _ in coords:
+            n_free[i] -= 1
+            by_type[type_of[i]] -= 1
+        self.kept_early.append(coords)
 
     # -- bookkeeping -------------------------------------------------------------------
     def slots_of(self, assignment: Assignment) -> list[tuple[int, int]] | None:
@@ -138,6 +174,7 @@ class _Board:
 
     # -- search ------------------------------------------------------------------------
     def single_node(self, group: list[int], g: int) -> list[tuple[int, int]] | None:
+        self.materialize()
         best: tuple[int, int] | None = None
         for i in group:  # best fit among free, unreserved GPUs
             if self.n_open[i] >= g and (best is None or self.n_open[i] < best[0]):
@@ -160,6 +197,7 @@ class _Board:
 
         Returns ((nodes, -best victim rank, victims), coords) so candidates compare.
         """
+        self.materialize()
         best: tuple[tuple[int, int, int], list[tuple[int, int]]] | None = None
         for counts in (self.n_open, self.n_free):
             chosen = _fewest_nodes(group, counts, g)
@@ -208,6 +246,14 @@ class ConsolidatedPlacement:
     backfill: bool = True
     sticky: bool = True
     reserve: bool = True
+    # job id -> (assignment, board coordinates of its GPUs) for the last round's running
+    # jobs, valid for the node tuple in _memo_nodes: reused while a job holds the very
+    # same assignment object on the very same nodes.
+    _memo: dict[str, tuple[Assignment, list[tuple[int, int]] | None]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _memo_nodes: list[tuple[Node, ...]] = field(default_factory=list, init=False, repr=False, compare=False)
+    _defer: ClassVar[bool] = True  # defer reservations when no GPU is held twice (tests: False)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
@@ -218,15 +264,19 @@ class ConsolidatedPlacement:
 
     def place(self, snapshot: Snapshot, ordered: Sequence[Job]) -> Draft:
         board = _Board(snapshot.nodes)
-        held: dict[str, list[tuple[int, int]]] = {}
+        held: dict[str, tuple[list[tuple[int, int]], int]] = {}
         if self.sticky:
-            for rank, job in enumerate(ordered):
-                if job.is_running and job.assignment is not None:
-                    coords = board.slots_of(job.assignment)
-                    if coords is not None:
-                        held[job.id] = coords
-                        if self.reserve:
-                            board.reserve(coords, rank)
+            held = self._held(snapshot, ordered, board)
+        # Reservations are deferred (see the module docstring) unless two running jobs
+        # hold the same GPU: then a GPU's holder rank depends on the order of visits.
+        lazy = self._defer and self.reserve and len({c for coords, _ in held.values() for c in coords}) == sum(
+            len(coords) for coords, _ in held.values()
+        )
+        if lazy:
+            board.unvisited = held
+        elif self.reserve:
+            for coords, rank in held.values():
+                board.reserve(coords, rank)
         # In priority order (the walk's). A kept job keeps its assignment as it is; a placed
         # one gets CPUs and memory from shaping, and the plan it runs with (its submitted one
         # if new).
@@ -235,10 +285,16 @@ class ConsolidatedPlacement:
         blocked = False
         for job in ordered:
             if held:
-                coords = held.pop(job.id, None)
-                if coords is not None:
-                    if board.all_free(coords) and self._type_ok(job, board, coords):
-                        if self.reserve:
+                entry = held.pop(job.id, None)
+                if entry is not None:
+                    coords = entry[0]
+                    early = board.unvisited is not None
+                    # Before the first search no GPU is taken but by the running jobs kept,
+                    # which hold other GPUs: this job's are all free.
+                    if (early or board.all_free(coords)) and self._type_ok(job, board, coords):
+                        if early:
+                            board.keep_early(coords)
+                        elif self.reserve:
                             board.keep(coords)
                         else:
                             board.claim(coords)
@@ -251,7 +307,7 @@ class ConsolidatedPlacement:
                         )
                         outcomes[job.id] = Outcome.KEPT
                         continue
-                    if self.reserve:
+                    if self.reserve and not early:
                         board.release(coords)
             if blocked:
                 outcomes[job.id] = Outcome.BLOCKED
@@ -264,6 +320,31 @@ class ConsolidatedPlacement:
             elif not self.backfill and outcome is not Outcome.INFEASIBLE:
                 blocked = True
         return Draft(assignments=assignments, outcomes=outcomes)
+
+    def _held(
+        self, snapshot: Snapshot, ordered: Sequence[Job], board: _Board
+    ) -> dict[str, tuple[list[tuple[int, int]], int]]:
+        """Running jobs whose GPUs still exist: job id -> (board coordinates, priority rank)."""
+        memo = self._memo
+        if not self._memo_nodes or self._memo_nodes[0] is not snapshot.nodes:
+            memo.clear()
+            self._memo_nodes[:] = [snapshot.nodes]
+        seen: dict[str, tuple[Assignment, list[tuple[int, int]] | None]] = {}
+        held: dict[str, tuple[list[tuple[int, int]], int]] = {}
+        running = JobState.RUNNING
+        for rank, job in enumerate(ordered):
+            a = job.assignment
+            if a is None or job.state is not running:
+                continue
+            entry = memo.get(job.id)
+            if entry is None or entry[0] is not a:
+                entry = (a, board.slots_of(a))
+            seen[job.id] = entry
+            if entry[1] is not None:
+                held[job.id] = (entry[1], rank)
+        memo.clear()
+        memo.update(seen)
+        return held
 
     @staticmethod
     def _type_ok(job: Job, board: _Board, coords: list[tuple[int, int]]) -> bool:

@@ -10,7 +10,7 @@ totals split back per node by GPU count (``Assignment.node_shares``) without a r
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Self
 
 from planner.model import Assignment, GpuSlot, Node, Snapshot
@@ -51,7 +51,19 @@ def gpu_occupancy(assignments: Mapping[str, Assignment]) -> dict[GpuSlot, int]:
 @SHAPINGS.register("proportional")
 @dataclass(frozen=True)
 class ProportionalShaping:
-    """Every job gets CPUs and memory in proportion to its GPUs (Synergy's baseline)."""
+    """Every job gets CPUs and memory in proportion to its GPUs (Synergy's baseline).
+
+    A running job keeps its assignment object from round to round, so when no GPU is
+    shared (the share then depends on the assignment and the nodes alone), the
+    assignments found already holding their share are remembered per job, with the node
+    tuple they were checked on, and that very object on those very nodes is kept as it
+    is without a new look.
+    """
+
+    # job id -> the assignment found already shaped last round, valid for the node tuple in
+    # _memo_nodes: the same object needs no new look.
+    _memo: dict[str, Assignment] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _memo_nodes: list[tuple[Node, ...]] = field(default_factory=list, init=False, repr=False, compare=False)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
@@ -62,11 +74,27 @@ class ProportionalShaping:
         shaped = {}
         sharing = any(a.shares_with for a in draft.assignments.values())
         occupancy = gpu_occupancy(draft.assignments) if sharing else {}
+        memo = self._memo
+        if sharing or not self._memo_nodes or self._memo_nodes[0] is not snapshot.nodes:
+            memo.clear()
+            self._memo_nodes[:] = [snapshot.nodes]
+        seen: dict[str, Assignment] = {}
         for job_id, a in draft.assignments.items():
+            if not sharing:
+                if memo.get(job_id) is not a:
+                    cpus, mem_gb = proportional_share(snapshot.nodes_by_name, a)
+                    if cpus != a.cpus or mem_gb != a.mem_gb:
+                        shaped[job_id] = Assignment(a.gpus, cpus, mem_gb, a.plan)
+                        continue
+                seen[job_id] = a  # its share already: kept as it is
+                shaped[job_id] = a
+                continue
             sharers = max(occupancy[slot] for slot in a.gpus) if a.shares_with else 1
             cpus, mem_gb = proportional_share(snapshot.nodes_by_name, a, sharers)
             if cpus == a.cpus and mem_gb == a.mem_gb:
                 shaped[job_id] = a
             else:
                 shaped[job_id] = Assignment(a.gpus, cpus, mem_gb, a.plan, a.shares_with)
+        memo.clear()
+        memo.update(seen)
         return Draft(assignments=shaped, outcomes=draft.outcomes)

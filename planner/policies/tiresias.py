@@ -20,8 +20,12 @@ back to the simulator or controller, and the next snapshot hands it in again.
 A pending job's place in the order changes only when it is promoted, and the simulator
 hands in the very same :class:`Job` object while nothing about the job changes; so
 :meth:`Tiresias.order` remembers, per job object, its sort key and the wait after which
-it would be promoted, and recomputes only jobs it has not seen as they are. That memo is
-a cache of a pure function of the (immutable) job: the order is the same with or without
+it would be promoted, and recomputes only jobs it has not seen as they are. A running
+job's entry is a new object every round (its service grew), but its place changes only
+when its service reaches its queue's threshold: its key is remembered with the state
+object it was computed from and that threshold, and reused while the job still runs,
+carries the very same state, the same submission time, and has less service. That memo
+is a cache of a pure function of what it checks: the order is the same with or without
 it, and it holds only the last snapshot's jobs.
 """
 
@@ -62,6 +66,11 @@ class Tiresias:
     # job id -> (the Job object, sort key, the job with its state, waiting since, promotion
     # wait): a pending job's entry holds until its wait reaches the promotion wait.
     _memo: dict[str, _Memo] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # job id -> (its policy state object, submission time, sort key, demotion threshold) of
+    # a running job whose state was already its own (no update): holds below the threshold.
+    _running_memo: dict[str, _RunningMemo] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
@@ -106,17 +115,32 @@ class Tiresias:
 
     def order(self, snapshot: Snapshot) -> Sequence[Job]:
         now = snapshot.time_s
-        memo = self._memo
+        memo, running_memo = self._memo, self._running_memo
         seen: dict[str, _Memo] = {}
+        seen_running: dict[str, _RunningMemo] = {}
         keyed: list[tuple[tuple[int, float, tuple[float, tuple[int, int, str]]], Job]] = []
+        thresholds = self.thresholds_gpu_s
         for job in snapshot.jobs:
             entry = memo.get(job.id)
             if entry is not None and entry[0] is job and not now - entry[3] >= entry[4]:
                 seen[job.id] = entry
                 keyed.append((entry[1], entry[2]))
                 continue
-            queue, since = self.transition(job, now)
             state = job.policy_state
+            run = running_memo.get(job.id)
+            if (
+                run is not None
+                and run[0] is state
+                and job.attained_gpu_s < run[3]
+                and job.submit_time_s == run[1]
+                and job.is_running
+            ):
+                # transition() keeps (queue, since) and the job as it is: same state, below
+                # the threshold that would demote it, still running.
+                seen_running[job.id] = run
+                keyed.append((run[2], job))
+                continue
+            queue, since = self.transition(job, now)
             updated = job
             if state is None or state.get("q") != queue or state.get("since") != since:
                 updated = replace(job, policy_state={"q": queue, "since": since})
@@ -129,10 +153,19 @@ class Tiresias:
                 if queue > 0 and self.promote_knob > 0 and job.attained_gpu_s > 0:
                     limit = self.promote_knob * (job.attained_gpu_s / job.num_gpus)
                 seen[job.id] = (job, key, updated, waiting, limit)
+            elif updated is job and job.is_running and self._has_state(job):
+                # Demoted once its service reaches its queue's upper threshold (never from
+                # the last queue).
+                below = thresholds[queue] if queue < len(thresholds) else math.inf
+                seen_running[job.id] = (state, job.submit_time_s, key, below)
         memo.clear()
         memo.update(seen)
+        running_memo.clear()
+        running_memo.update(seen_running)
         keyed.sort(key=itemgetter(0))
         return [job for _, job in keyed]
 
 
-_Memo = tuple[Job, tuple[int, float, tuple[float, tuple[int, int, str]]], Job, float, float]
+_Key = tuple[int, float, tuple[float, tuple[int, int, str]]]
+_Memo = tuple[Job, _Key, Job, float, float]
+_RunningMemo = tuple[Mapping[str, Any] | None, float, _Key, float]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from planner.errors import ConfigError, SimulationError
@@ -141,32 +141,65 @@ class _SimJob:
         if self.view is None:
             t = self.trace
             running = self.assignment is not None
+            # Positional, in _JOB_FIELDS' order (checked against Job's fields at import):
+            # a running job's entry is rebuilt every round, and keywords cost a third more.
             self.view = Job(
-                id=t.job_id,
-                num_gpus=t.num_gpus,
-                model=t.model,
-                submit_time_s=t.submit_time_s,
-                state=JobState.RUNNING if running else JobState.PENDING,
-                attained_gpu_s=self.attained_gpu_s,
-                progress=1.0 - self.work_left_s / t.duration_s,
-                remaining_s=self.work_left_s,
-                duration_s=t.duration_s,
-                batch_size=t.batch_size,
-                tenant=t.tenant,
-                guaranteed=t.guaranteed,
-                deadline_s=t.deadline_s,
-                gpu_type=t.gpu_type,
-                plan=t.plan,
-                candidate_plans=t.plans,
-                min_gpus=t.min_gpus,
-                max_gpus=t.max_gpus,
-                gpu_types=t.gpu_types,
-                restarts=self.restarts,
-                pending_since_s=None if running else self.pending_since_s,
-                assignment=self.assignment,
-                policy_state=self.policy_state,
+                t.job_id,
+                t.num_gpus,
+                t.model,
+                t.submit_time_s,
+                JobState.RUNNING if running else JobState.PENDING,
+                self.attained_gpu_s,
+                1.0 - self.work_left_s / t.duration_s,
+                self.work_left_s,
+                t.duration_s,
+                t.batch_size,
+                t.tenant,
+                t.guaranteed,
+                t.deadline_s,
+                t.gpu_type,
+                t.plan,
+                t.plans,
+                True,
+                self.restarts,
+                None if running else self.pending_since_s,
+                self.assignment,
+                self.policy_state,
+                t.min_gpus,
+                t.max_gpus,
+                t.gpu_types,
             )
         return self.view
+
+
+_JOB_FIELDS = (
+    "id",
+    "num_gpus",
+    "model",
+    "submit_time_s",
+    "state",
+    "attained_gpu_s",
+    "progress",
+    "remaining_s",
+    "duration_s",
+    "batch_size",
+    "tenant",
+    "guaranteed",
+    "deadline_s",
+    "gpu_type",
+    "plan",
+    "candidate_plans",
+    "preemptible",
+    "restarts",
+    "pending_since_s",
+    "assignment",
+    "policy_state",
+    "min_gpus",
+    "max_gpus",
+    "gpu_types",
+)
+if tuple(f.name for f in fields(Job)) != _JOB_FIELDS:  # pragma: no cover - a model change
+    raise ImportError("planner.sim.engine: Job's fields changed; update _SimJob.snapshot_view")
 
 
 ProgressCallback = Callable[[float, int, int], None]
@@ -219,6 +252,11 @@ class Simulator:
         self.decision_times: list[float] = []
         self._busy_gpus = 0
         self._finished_since_apply = False
+        # The running jobs in arrival order (None: rebuild, after a start, stop or move),
+        # whether any of them shares GPUs, and whether the last applied plan had sharing.
+        self._running: list[_SimJob] | None = None
+        self._running_share = False
+        self._plan_shares = False
 
     # -- main loop ----------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -244,7 +282,7 @@ class Simulator:
                 continue
             plan = self._plan(t)
             self._apply(plan, t)
-            running = sum(1 for j in self.active.values() if j.assignment is not None)
+            running = len(self._running_jobs())
             if running == 0 and math.isinf(upcoming):
                 log.warning(
                     "t=%.0fs: %d job(s) can never start on this cluster; stopping", t, len(self.active)
@@ -300,7 +338,7 @@ class Simulator:
         # checked when it was given, against the same job and cluster).
         unchanged = not (plan.started or plan.migrated or plan.reshaped)
         if self.config.check_invariants and not unchanged:
-            checked = {i: j.assignment for i, j in self.active.items() if j.assignment is not None}
+            checked = {j.trace.job_id: j.assignment for j in self._running_jobs() if j.assignment}
             view = self.scheduler.view(snapshot)  # the jobs as the scheduler planned them
             problems = plan_violations(view, plan, self.scheduler.max_jobs_per_gpu, checked)
             if problems:
@@ -309,20 +347,22 @@ class Simulator:
 
     def _apply(self, plan: RoundPlan, t: float) -> None:
         restart = self.config.restart_cost_s
+        active = self.active
         for job_id, state in plan.policy_state.items():
-            job = self.active[job_id]
+            job = active[job_id]
             if job.policy_state is not state and job.policy_state != state:
                 job.policy_state = state
                 self._changed(job)
         changed = bool(plan.preempted) or self._finished_since_apply
         for job_id in plan.preempted:
-            job = self.active[job_id]
+            job = active[job_id]
             job.preemptions += 1
             job.pending_since_s = t
             job.assignment = None
             self._changed(job)
+        given: list[_SimJob] = []
         for job_id, assignment in plan.assignments.items():
-            job = self.active[job_id]
+            job = active[job_id]
             if job.assignment is assignment:  # kept as it was: nothing to do
                 continue
             changed = True
@@ -340,22 +380,40 @@ class Simulator:
             job.assignment = assignment
             job.speed = self._speed(job)
             self._changed(job)
+            given.append(job)
         if changed:
-            for job_id, a in plan.assignments.items():
-                if a.shares_with:  # a partner may have changed plan or left
-                    self.active[job_id].speed = self._speed(self.active[job_id])
-            # Each GPU's time is split among the jobs sharing it, for utilisation.
-            occupancy: dict[tuple[str, int], int] = {}
-            for a in plan.assignments.values():
-                for slot in a.gpus:
-                    occupancy[slot] = occupancy.get(slot, 0) + 1
-            self._busy_gpus = len(occupancy)
-            for job_id, a in plan.assignments.items():
-                self.active[job_id].gpu_weight = sum(1.0 / occupancy[slot] for slot in a.gpus)
+            self._running = None
+            shares = any(a.shares_with for a in plan.assignments.values())
+            if shares or self._plan_shares:
+                for job_id, a in plan.assignments.items():
+                    if a.shares_with:  # a partner may have changed plan or left
+                        active[job_id].speed = self._speed(active[job_id])
+                # Each GPU's time is split among the jobs sharing it, for utilisation.
+                occupancy: dict[tuple[str, int], int] = {}
+                for a in plan.assignments.values():
+                    for slot in a.gpus:
+                        occupancy[slot] = occupancy.get(slot, 0) + 1
+                self._busy_gpus = len(occupancy)
+                for job_id, a in plan.assignments.items():
+                    active[job_id].gpu_weight = sum(1.0 / occupancy[slot] for slot in a.gpus)
+            else:
+                # No GPU holds two jobs, now or in the last plan: each job's weight is its
+                # GPU count (what the sum above gives), already set for the jobs kept.
+                self._busy_gpus = len({slot for a in plan.assignments.values() for slot in a.gpus})
+                for job in given:
+                    job.gpu_weight = float(len(job.assignment.gpus))  # type: ignore[union-attr]
+            self._plan_shares = shares
             self._finished_since_apply = False
         self.timeline.append(
             TimelinePoint(t, self._busy_gpus, len(plan.assignments), len(self.active) - len(plan.assignments))
         )
+
+    def _running_jobs(self) -> list[_SimJob]:
+        """The running jobs in arrival order (rebuilt only after the set or a job's GPUs changed)."""
+        if self._running is None:
+            self._running = [j for j in self.active.values() if j.assignment is not None]
+            self._running_share = any(j.assignment.shares_with for j in self._running)  # type: ignore[union-attr]
+        return self._running
 
     def _changed(self, job: _SimJob) -> None:
         """Drop the job's snapshot entry: it is rebuilt before the next round."""
@@ -387,14 +445,15 @@ class Simulator:
         """
         t = t0
         while t < t1 - _EPS or t == t0:
-            running = [j for j in self.active.values() if j.assignment is not None]
-            shared = any(j.assignment is not None and j.assignment.shares_with for j in running)
+            running = self._running_jobs()
             end = t1
-            if shared:
+            if self._running_share:
                 end = min(
                     t1, min((t + j.overhead_left_s + j.work_left_s / j.speed for j in running), default=t1)
                 )
-            done = [job for job in running if self._run(job, t, end)]
+            done = self._run(running, t, end)
+            if done:
+                self._running = None
             for job in done:
                 del self.active[job.trace.job_id]
                 del self._views[job.trace.job_id]
@@ -411,28 +470,39 @@ class Simulator:
                 break
             t = end
 
-    def _run(self, job: _SimJob, t0: float, t1: float) -> bool:
-        """Advance one job over [t0, t1]; True if it finished (at its exact time)."""
-        a = job.assignment
-        assert a is not None
+    def _run(self, running: list[_SimJob], t0: float, t1: float) -> list[_SimJob]:
+        """Advance the running jobs over [t0, t1]; those that finished (at their exact time).
+
+        One loop for every running job every round, so it is kept tight: the totals are
+        summed in locals in the same order (the same floating-point results as one
+        update per job), and each job's snapshot entry is dropped for the next round.
+        """
         dt = t1 - t0
-        overhead = min(job.overhead_left_s, dt)
-        job.overhead_left_s -= overhead
-        useful = dt - overhead
-        need = job.work_left_s / job.speed
-        held = dt
-        finished = need <= useful + _EPS
-        if finished:
-            held = overhead + need
-            job.work_left_s = 0.0
-            job.finish_time_s = t0 + held
-        else:
-            job.work_left_s -= useful * job.speed
-        job.attained_gpu_s += a.num_gpus * held
-        self.allocated_gpu_s += job.gpu_weight * held
-        self.allocated_cpu_s += a.cpus * held
-        self._changed(job)
-        return finished
+        stale = self._stale
+        gpu_s, cpu_s = self.allocated_gpu_s, self.allocated_cpu_s
+        done = []
+        for job in running:
+            a = job.assignment
+            assert a is not None
+            overhead = min(job.overhead_left_s, dt)
+            job.overhead_left_s -= overhead
+            useful = dt - overhead
+            need = job.work_left_s / job.speed
+            held = dt
+            if need <= useful + _EPS:
+                held = overhead + need
+                job.work_left_s = 0.0
+                job.finish_time_s = t0 + held
+                done.append(job)
+            else:
+                job.work_left_s -= useful * job.speed
+            job.attained_gpu_s += len(a.gpus) * held
+            gpu_s += job.gpu_weight * held
+            cpu_s += a.cpus * held
+            job.view = None
+            stale[job.trace.job_id] = job
+        self.allocated_gpu_s, self.allocated_cpu_s = gpu_s, cpu_s
+        return done
 
     # -- results ------------------------------------------------------------------------
     def _record(self, job: _SimJob, active_at_arrival: int) -> JobRecord:

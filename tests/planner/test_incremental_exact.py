@@ -6,6 +6,7 @@ are checked here against the full computation on random cases.
 """
 
 import random
+from dataclasses import replace
 
 from planner.model import Job, JobState, Outcome
 from planner.policies.placement import ConsolidatedPlacement, _Board, _Demand
@@ -138,3 +139,131 @@ def test_tiresias_order_with_its_memo_equals_a_fresh_policy_each_round():
         jobs = nxt
         now += rng.choice([30.0, 200.0, 900.0])
     assert promoted > 0  # the case the memo must not miss
+
+
+class _EagerReservations(ConsolidatedPlacement):
+    _defer = False  # every running job's GPUs reserved up front, GPU by GPU
+
+
+def _shared_case(rng: random.Random) -> tuple[list, list[Job]]:
+    """A random case where two running jobs may hold the same GPU (a sharing preset's snapshot)."""
+    nodes, jobs = _random_case(rng)
+    if rng.random() < 0.3:
+        holders = [j for j in jobs if j.assignment is not None]
+        if holders:
+            slot = holders[0].assignment.gpus[0]
+            jobs.append(running(make_job("twin", 1, submit=rng.random() * 100), [slot]))
+    return nodes, jobs
+
+
+def test_deferred_reservations_give_exactly_the_eager_walk():
+    # Reservations written only when a search first needs them (none while every running
+    # job is kept), against writing them all first: same outcomes, same GPUs, same order.
+    rng = random.Random(11)
+    for _ in range(500):
+        nodes, jobs = _shared_case(rng)
+        snapshot = make_snapshot(nodes, jobs)
+        for options in ({}, {"backfill": False}):
+            fast = ConsolidatedPlacement(**options).place(snapshot, jobs)
+            eager = _EagerReservations(**options).place(snapshot, jobs)
+            assert dict(fast.outcomes) == dict(eager.outcomes)
+            assert list(fast.assignments) == list(eager.assignments)
+            assert {k: a.gpus for k, a in fast.assignments.items()} == {
+                k: a.gpus for k, a in eager.assignments.items()
+            }
+
+
+def test_placement_and_shaping_memos_across_rounds_equal_fresh_stages():
+    # One placement and one shaping instance over a sequence of rounds (running jobs keep
+    # their assignment objects, some stop, some start, one moves to another cluster shape)
+    # give what fresh instances give each round.
+    from planner.policies.shaping import ProportionalShaping
+
+    rng = random.Random(5)
+    placement, shaping = ConsolidatedPlacement(), ProportionalShaping()
+    for _ in range(60):
+        node_list, jobs = _random_case(rng)
+        nodes = tuple(node_list)  # one tuple from round to round, as the simulator's
+        for _ in range(6):
+            snapshot = make_snapshot(nodes, jobs)
+            order = list(jobs)
+            rng.shuffle(order)
+            got = placement.place(snapshot, order)
+            want = ConsolidatedPlacement().place(snapshot, order)
+            assert dict(got.outcomes) == dict(want.outcomes)
+            assert {k: a.gpus for k, a in got.assignments.items()} == {
+                k: a.gpus for k, a in want.assignments.items()
+            }
+            shaped = shaping.shape(snapshot, got)
+            fresh = ProportionalShaping().shape(snapshot, got)
+            assert {k: (a.gpus, a.cpus, a.mem_gb) for k, a in shaped.assignments.items()} == {
+                k: (a.gpus, a.cpus, a.mem_gb) for k, a in fresh.assignments.items()
+            }
+            # The world applies the plan: most assigned jobs run with the shaped objects (the
+            # same objects next round), the others wait.
+            jobs = [
+                _with(j, shaped.assignments[j.id])
+                if j.id in shaped.assignments and rng.random() < 0.9
+                else replace(j, state=JobState.PENDING, assignment=None)
+                for j in jobs
+            ]
+            if rng.random() < 0.2:  # the same jobs on other nodes: nothing remembered may apply
+                nodes = tuple(
+                    make_node(n.name, gpus=n.gpus, gpu_type=n.gpu_type, cpus=n.cpus + 8) for n in nodes
+                )
+
+
+def _with(job: Job, assignment) -> Job:
+    return replace(job, state=JobState.RUNNING, assignment=assignment)
+
+
+def test_tiresias_memo_for_running_jobs_equals_a_fresh_policy_each_round():
+    # Running jobs are new objects every round (their service grows); their remembered keys
+    # must give way exactly when a job reaches its queue's threshold, is preempted, or its
+    # state is replaced.
+    rng = random.Random(9)
+    thresholds = (100.0, 1000.0)
+    policy = Tiresias(thresholds_gpu_s=thresholds, promote_knob=2.0)
+    jobs = [
+        make_job(str(k), rng.choice([1, 2, 4]), submit=rng.random() * 50, attained_gpu_s=rng.random() * 200)
+        for k in range(30)
+    ]
+    now, demoted = 60.0, 0
+    for _ in range(60):
+        snapshot = make_snapshot([make_node()], jobs, time_s=now)
+        got = policy.order(snapshot)
+        want = Tiresias(thresholds_gpu_s=thresholds, promote_knob=2.0).order(snapshot)
+        assert [(j.id, j.policy_state) for j in got] == [(j.id, j.policy_state) for j in want]
+        by_id = {j.id: j for j in got}
+        step = rng.choice([10.0, 60.0, 400.0])
+        nxt = []
+        for job in jobs:
+            state = (
+                by_id[job.id].policy_state
+                if by_id[job.id].policy_state != job.policy_state
+                else job.policy_state
+            )
+            if state is not job.policy_state and job.policy_state is not None and job.is_running:
+                demoted += 1
+            r = rng.random()
+            if r < 0.5:  # runs: a new object with more service, same state object
+                job = replace(  # noqa: PLW2901
+                    job,
+                    state=JobState.RUNNING,
+                    assignment=job.assignment or running(job, [("n1", 0)]).assignment,
+                    attained_gpu_s=job.attained_gpu_s + step * job.num_gpus,
+                    pending_since_s=None,
+                    policy_state=state,
+                )
+            elif r < 0.6:  # preempted
+                job = replace(  # noqa: PLW2901
+                    job, state=JobState.PENDING, assignment=None, pending_since_s=now, policy_state=state
+                )
+            elif r < 0.65:  # its state replaced by an equal but new mapping
+                job = replace(job, policy_state=None if state is None else dict(state))  # noqa: PLW2901
+            else:
+                job = replace(job, policy_state=state) if state is not job.policy_state else job  # noqa: PLW2901
+            nxt.append(job)
+        jobs = nxt
+        now += step
+    assert demoted > 0  # the case the running memo must not miss

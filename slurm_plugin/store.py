@@ -220,7 +220,7 @@ class Store:
                 f"{self.path}: state store schema version {version}, written by a newer Mosaic (this "
                 f"one reads version {SCHEMA_VERSION}): run that Mosaic's controller, or {MOVE_AWAY}"
             )
-        problems = [str(r[0]) for r in self.db.execute("PRAGMA quick_check(5)")]
+        problems = [" ".join(str(r[0]).split()) for r in self.db.execute("PRAGMA quick_check(3)")]
         if problems != ["ok"]:
             raise StoreError(f"{self.path}: the state store is damaged ({'; '.join(problems)}); {MOVE_AWAY}")
         tables = {

@@ -111,6 +111,7 @@ def test_a_bad_store_is_refused_naming_the_file_and_what_to_do(tmp_path, kind):
         message = report.error or ""
         store.close()
     assert str(path) in message and expected in message, message
+    assert "\n" not in message  # one line, as every CLI error
     assert "move it away" in message or "newer Mosaic" in message
     assert _changes(slurm) == []
     if kind in {"garbage", "foreign", "newer-schema"}:

@@ -123,6 +123,8 @@ class Actuator:
         self._released: set[str] = set()
         # Starts Slurm refused (never runnable), by job: the update's fields and the reason.
         self._refused: dict[str, tuple[tuple[tuple[str, str], ...], str]] = {}
+        # Slurm refused our AdminComment (an Operator may not set it): audit in the store only.
+        self._no_admin_comment = False
 
     def apply(self, obs: Observation, actions: Sequence[Action], round_id: int) -> ApplyResult:
         result = ApplyResult()
@@ -205,6 +207,9 @@ class Actuator:
             try:
                 self.client.signal(a.job_id, self.config.checkpoint_signal)
             except SlurmError as e:
+                if access_denied(e):  # nor may we requeue it: it keeps running, untouched
+                    self._skip(a, round_id, result, f"checkpoint signal refused: {explain(e)}", failed=True)
+                    continue
                 log.warning("job %s: checkpoint signal failed: %s", a.job_id, e)
             running.append(a)
             owners[a.job_id] = sj.user_id
@@ -233,7 +238,7 @@ class Actuator:
                     try:
                         self.client.requeue_hold([a.job_id])
                     except SlurmError as e:
-                        self._skip(a, round_id, result, f"requeuehold failed: {e}", failed=True)
+                        self._skip(a, round_id, result, f"requeuehold failed: {explain(e)}", failed=True)
         self._wait_pending([a.job_id for a in running])
         failed = {rid for rid, _ in result.failed}
         for a in running:
@@ -332,13 +337,13 @@ class Actuator:
             version = self.store.next_plan_version(a.job_id)
             try:
                 planfile.write_plan(self.config.spool_dir, a.job_id, version, a.assignment)
-                self.client.update([a.job_id], fields)
+                self._update_start(a.job_id, fields)
                 self._wait_for_a_fresh_credential(sj)
                 # One release per job: a crash between two starts leaves each job either
                 # started (and logged) or untouched, so re-applying the round is exact.
                 self.client.release([a.job_id])
             except (MosaicError, OSError) as e:
-                self._skip(a, round_id, result, f"start failed: {e}", failed=True)
+                self._skip(a, round_id, result, f"start failed: {explain(e)}", failed=True)
                 continue
             released[a.job_id] = (a, signature)
         self._verify_starts(released, round_id, result)
@@ -391,9 +396,10 @@ class Actuator:
         why = f"Slurm will not run the job as updated: Reason={sj.reason}"
         try:
             self.client.hold([a.job_id])
-            self.client.update([a.job_id], {"AdminComment": f"mosaic {a.request_id} refused: {why}"})
         except SlurmError as e:
-            why += f" (and holding it again failed: {e})"
+            why += f" (and holding it again failed: {explain(e)})"
+        else:
+            self._audit(a, round_id, f"refused: {why}")
         self._refused[a.job_id] = (signature, why)
         self._skip(a, round_id, result, why, failed=True)
 
@@ -420,10 +426,54 @@ class Actuator:
         return f"mosaic {a.request_id} {what}"
 
     def _audit(self, a: Action, round_id: int, text: str) -> None:
+        if self._no_admin_comment:
+            return
         try:
             self.client.update([a.job_id], {"AdminComment": f"mosaic {a.request_id} {text}"})
         except SlurmError as e:
             log.debug("job %s: audit comment not written: %s", a.job_id, e)
+
+    def _update_start(self, job_id: str, fields: Mapping[str, str]) -> None:
+        """The start's ``scontrol update``. Slurm 22.05 lets only an Administrator (or root,
+        SlurmUser) set ``AdminComment``, and refuses an Operator's whole update that carries
+        it: then the update goes again without it, once and for all (warned once). The audit
+        line stays in the store's action log; ``mosaic report`` then judges each run by the
+        nodes of the run before."""
+        if self._no_admin_comment:
+            fields = {k: v for k, v in fields.items() if k != "AdminComment"}
+        try:
+            self.client.update([job_id], fields)
+            return
+        except SlurmError as e:
+            if "AdminComment" not in fields or not access_denied(e):
+                raise
+            first = e
+        fields = {k: v for k, v in fields.items() if k != "AdminComment"}
+        self.client.update([job_id], fields)  # refused too: not an Operator (raised, explained)
+        self._no_admin_comment = True
+        log.warning(
+            "Slurm refused the controller's AdminComment (%s): it needs AdminLevel=Administrator; "
+            "as an Operator the audit lines stay in the state store only",
+            first,
+        )
+
+
+ACCESS_DENIED = "Access/permission denied"
+
+
+def access_denied(e: BaseException) -> bool:
+    """Did Slurm refuse the command for want of privilege?"""
+    return ACCESS_DENIED in str(e) or "Invalid user id" in str(e)
+
+
+def explain(e: BaseException) -> str:
+    """The error, and for a privilege Slurm refused, what the controller's user needs."""
+    if isinstance(e, SlurmError) and access_denied(e):
+        return (
+            f"{e} (the controller's user needs Slurm operator rights over other users' jobs: "
+            "sacctmgr modify user <name> set AdminLevel=Operator)"
+        )
+    return str(e)
 
 
 def _runs_as(sj: SlurmJob, a: Assignment) -> bool:

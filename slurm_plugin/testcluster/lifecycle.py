@@ -249,6 +249,10 @@ def _write_configs(cluster: Cluster) -> None:
     write_atomic(etc / "plugstack.conf", "")
     if lua:
         shutil.copyfile(JOB_SUBMIT_LUA, etc / "job_submit.lua")
+    # Readable by every user, as at a real site: Slurm's commands read slurm.conf (and
+    # sbatch/srun the plugstack) as the user who runs them, such as a non-root operator.
+    for name in ("slurm.conf", "gres.conf", "plugstack.conf"):
+        (etc / name).chmod(0o644)
     if cluster.shape.accounting:
         dbd = etc / "slurmdbd.conf"
         write_atomic(dbd, render_slurmdbd_conf(cluster.layout))

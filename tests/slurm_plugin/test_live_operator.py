@@ -85,6 +85,14 @@ def test_a_plain_user_is_refused_and_told_what_the_account_needs() -> None:
     assert not access_denied(other) and explain(other) == str(other)
 
 
+def test_the_systemd_unit_and_the_cron_line_run_as_the_operator_account() -> None:
+    etc = REPO / "etc"
+    unit = (etc / "mosaic-controller.service").read_text().splitlines()
+    assert "User=mosaic" in unit and "Group=mosaic" in unit and "UMask=0022" in unit
+    assert "AdminLevel=Operator" in "\n".join(unit)
+    assert "crontab -u mosaic" in (etc / "mosaic-controller.cron").read_text()
+
+
 # -- live -------------------------------------------------------------------------------------
 
 

@@ -17,6 +17,8 @@ artifact's plotter compares policies (a job a row did not finish charged the lar
 row recorded; ``artifact_avg_jct_s``).
 
     .venv/bin/python benchmarks/crius.py [--traces venus,pai] [--presets crius,fcfs,...]
+    .venv/bin/python benchmarks/crius.py --traces philly \
+        --presets fcfs,gandiva,gavel-het,elasticflow,sia,crius
     .venv/bin/python benchmarks/crius.py --ablations [--jobs 120]
 
 ``--ablations``: on the first ``--jobs`` Venus jobs, ``crius`` without count scaling, without
@@ -28,6 +30,7 @@ and max decision time of each. Writes ``benchmarks/results/crius.json`` /
 from __future__ import annotations
 
 import argparse
+import gzip
 import statistics
 import sys
 import time
@@ -42,10 +45,18 @@ from benchmarks.common import write_result  # noqa: E402
 from planner.cluster import cluster_from_toml  # noqa: E402
 from planner.config import PRESETS, SchedulerConfig, build_scheduler  # noqa: E402
 from planner.sim import SimConfig, simulate  # noqa: E402
-from planner.traces.crius import divide_iterations, elastic, parse_crius_trace  # noqa: E402
+from planner.traces.crius import divide_iterations, elastic, parse_crius_trace, random_types  # noqa: E402
+from planner.traces.philly import parse_philly, philly_trace  # noqa: E402
 from planner.traces.records import TraceJob  # noqa: E402
 
 CLUSTER = ROOT / "etc" / "clusters" / "crius-256.toml"
+# The Philly comparison (Crius §8.2 runs Philly with random types on the 1,280-GPU cluster): the
+# first PHILLY_JOBS jobs of the bundled Philly-derived trace's virtual cluster PHILLY_VC, typed as
+# `mosaic trace philly --random-types --seed 0` types them, arrivals compressed PHILLY_COMPRESS
+# times (each deadline keeps its distance from its submission).
+PHILLY_CLUSTER = ROOT / "etc" / "clusters" / "crius-1280.toml"
+PHILLY_FILE = ROOT / "planner" / "sim" / "bundled" / "philly_derived_gavel_msr_all.csv.gz"
+PHILLY_VC, PHILLY_JOBS, PHILLY_COMPRESS = "11cb48", 200, 33.0
 BUNDLED = ROOT / "planner" / "sim" / "bundled"
 DIVISOR = 5
 ROWS = ("fcfs", "gandiva", "gavel-het", "elasticflow", "sia", "crius", "crius-measured", "crius-ddl")
@@ -54,10 +65,28 @@ PAPER_JCT_REDUCTION = {"fcfs": 0.813, "gandiva": 0.801, "gavel-het": 0.664, "ela
 
 
 def trace(name: str, rigid: bool, jobs: int | None = None) -> list[TraceJob]:
+    if name == "philly":
+        return philly(rigid)
     source = BUNDLED / f"crius_simulate_trace_{name}.csv"
     converted = divide_iterations(parse_crius_trace(source.read_text(), source.name).jobs, DIVISOR)
     out = converted if rigid else elastic(converted)
     return list(out[:jobs]) if jobs else list(out)
+
+
+def philly(rigid: bool) -> list[TraceJob]:
+    rows = parse_philly(gzip.decompress(PHILLY_FILE.read_bytes()).decode("utf-8"), PHILLY_FILE.name)
+    typed = random_types(philly_trace(rows, vc=PHILLY_VC, count=PHILLY_JOBS), seed=0)
+    compressed = [
+        replace(
+            j,
+            submit_time_s=round(j.submit_time_s / PHILLY_COMPRESS, 3),
+            deadline_s=None
+            if j.deadline_s is None
+            else round(j.submit_time_s / PHILLY_COMPRESS + (j.deadline_s - j.submit_time_s), 3),
+        )
+        for j in typed
+    ]
+    return compressed if rigid else elastic(compressed)
 
 
 def config_of(row: str) -> SchedulerConfig:
@@ -73,8 +102,10 @@ def config_of(row: str) -> SchedulerConfig:
     return PRESETS[row]
 
 
-def run(jobs: list[TraceJob], config: SchedulerConfig) -> tuple[dict[str, Any], dict[str, float]]:
-    nodes = tuple(cluster_from_toml(CLUSTER.read_text()))
+def run(
+    jobs: list[TraceJob], config: SchedulerConfig, cluster: Path = CLUSTER
+) -> tuple[dict[str, Any], dict[str, float]]:
+    nodes = tuple(cluster_from_toml(cluster.read_text()))
     started = time.perf_counter()
     result = simulate(
         nodes, jobs, build_scheduler(config), SimConfig(trigger=config.trigger), clock=time.perf_counter
@@ -121,7 +152,8 @@ def compare(traces: list[str], rows: list[str]) -> dict[str, Any]:
         finished: dict[str, dict[str, float]] = {}
         for row in rows:
             jobs = trace(name, rigid=row == "fcfs")
-            results[row], finished[row] = run(jobs, config_of(row))
+            cluster = PHILLY_CLUSTER if name == "philly" else CLUSTER
+            results[row], finished[row] = run(jobs, config_of(row), cluster)
         common = set.intersection(*(set(f) for f in finished.values())) if finished else set()
         for row in rows:
             results[row]["common_jobs"] = len(common)
@@ -210,14 +242,15 @@ def main() -> None:
         write_result("crius_ablations", {"benchmark": "crius ablations", "command": command, **result})
         return
     rows = [r for r in args.presets.split(",") if r]
-    result = compare([t for t in args.traces.split(",") if t], rows)
+    traces = [t for t in args.traces.split(",") if t]
+    result = compare(traces, rows)
     write_result(
-        "crius",
+        "crius_philly" if traces == ["philly"] else "crius",
         {
             "benchmark": "crius Fig. 17-style comparison",
             "command": command,
-            "cluster": str(CLUSTER.relative_to(ROOT)),
-            "iterations_divisor": DIVISOR,
+            "cluster": str((PHILLY_CLUSTER if traces == ["philly"] else CLUSTER).relative_to(ROOT)),
+            "iterations_divisor": None if traces == ["philly"] else DIVISOR,
             "traces": result,
         },
     )

@@ -35,7 +35,7 @@ from planner.pipeline import Clock, Scheduler, plan_round
 from planner.relaunch import Change, classify
 from planner.sim.progress import SpeedModel
 from planner.traces.records import TraceJob
-from planner.validate import plan_violations
+from planner.validate import PlanChecker
 from profiles.store import ProfileStore
 
 log = logging.getLogger(__name__)
@@ -257,6 +257,7 @@ class Simulator:
         self._running: list[_SimJob] | None = None
         self._running_share = False
         self._plan_shares = False
+        self._checker = PlanChecker()
 
     # -- main loop ----------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -333,14 +334,14 @@ class Simulator:
         self.decision_times.append(plan.decision_time_s)
         # A plan that starts, moves and reshapes nothing keeps a subset of last round's
         # (checked) assignments, which cannot break an invariant: skip the check then.
-        # Otherwise every assignment counts towards the GPU, CPU and memory totals, and the
-        # per-job checks skip the assignments running jobs hold as they are (each was
-        # checked when it was given, against the same job and cluster).
+        # Otherwise the checker updates its totals by the assignments that changed since
+        # the last plan it checked and checks only those (the others were checked when they
+        # were given, against the same job and cluster) and what they touch.
         unchanged = not (plan.started or plan.migrated or plan.reshaped)
         if self.config.check_invariants and not unchanged:
-            checked = {j.trace.job_id: j.assignment for j in self._running_jobs() if j.assignment}
             view = self.scheduler.view(snapshot)  # the jobs as the scheduler planned them
-            problems = plan_violations(view, plan, self.scheduler.max_jobs_per_gpu, checked)
+            jobs = views if view is snapshot else None
+            problems = self._checker.violations(view, plan, self.scheduler.max_jobs_per_gpu, jobs)
             if problems:
                 raise SimulationError(f"t={t:.0f}s: plan breaks invariants: " + "; ".join(problems))
         return plan

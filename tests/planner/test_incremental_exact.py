@@ -267,3 +267,45 @@ def test_tiresias_memo_for_running_jobs_equals_a_fresh_policy_each_round():
         jobs = nxt
         now += step
     assert demoted > 0  # the case the running memo must not miss
+
+
+def test_plan_checker_finds_what_plan_violations_finds_over_a_sequence_of_plans():
+    # Plans that keep some of the last plan's assignment objects, drop others and add new
+    # ones, some of them broken (a GPU twice, a wrong count, too many CPUs or GB on a node).
+    from planner.model import Assignment, RoundPlan
+    from planner.validate import PlanChecker, plan_violations
+
+    rng = random.Random(13)
+    nodes = tuple(make_node(f"n{i}", gpus=4, cpus=16, mem_gb=64.0) for i in range(4))
+    slots = [(n.name, k) for n in nodes for k in range(n.gpus)]
+    jobs = [make_job(str(k), rng.choice([1, 2, 4])) for k in range(12)]
+    snapshot = make_snapshot(nodes, jobs)
+    checker, last = PlanChecker(), {}
+    found = 0
+    for _ in range(400):
+        kept = {j: a for j, a in last.items() if rng.random() < 0.7}
+        used = {s for a in kept.values() for s in a.gpus}
+        assignments = dict(kept)
+        for job in rng.sample(jobs, 4):
+            if job.id in assignments:
+                continue
+            free = [s for s in slots if s not in used]
+            count = job.num_gpus if rng.random() < 0.95 else job.num_gpus + 1
+            if rng.random() < 0.05:
+                free = slots  # may land on a GPU another job holds
+            if len(free) < count:
+                continue
+            gpus = tuple(sorted(rng.sample(free, count)))
+            used.update(gpus)
+            cpus = 4 * count if rng.random() < 0.95 else 40
+            assignments[job.id] = Assignment(gpus, cpus, 16.0 * count)
+        plan = RoundPlan(assignments=assignments)
+        want = plan_violations(snapshot, plan, 1, last)
+        got = checker.violations(snapshot, plan, 1)
+        assert sorted(got) == sorted(want)
+        if want:  # a failing plan stops a simulation: start over
+            found += 1
+            checker, last = PlanChecker(), {}
+        else:
+            last = assignments
+    assert found > 10

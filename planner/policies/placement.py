@@ -269,8 +269,11 @@ class ConsolidatedPlacement:
             held = self._held(snapshot, ordered, board)
         # Reservations are deferred (see the module docstring) unless two running jobs
         # hold the same GPU: then a GPU's holder rank depends on the order of visits.
-        lazy = self._defer and self.reserve and len({c for coords, _ in held.values() for c in coords}) == sum(
-            len(coords) for coords, _ in held.values()
+        lazy = (
+            self._defer
+            and self.reserve
+            and len({c for coords, _ in held.values() for c in coords})
+            == sum(len(coords) for coords, _ in held.values())
         )
         if lazy:
             board.unvisited = held

@@ -1,0 +1,381 @@
+"""A day of load on the local Slurm test cluster: ~10,000 queued jobs plus churn for hours of ticks.
+
+The issue-15 load test. A private 16-GPU test cluster (with accounting, so the fate of every
+job can be read back) is filled with ``--jobs`` held jobs (1, 2 or 4 GPUs, each with its own
+Mosaic comment), then the controller ticks back to back, time-compressed: each tick stands
+for ``--tick-s`` seconds of controller time (the controller's clock advances that much per
+tick: attained service, pending times and the store's rounds see an hour of ticks as an
+hour), ``--hours`` x 3600 / ``--tick-s`` ticks in all. Jobs are short (``sleep`` of
+``--run-s`` seconds, real time; a tick and its churn last at least ``--pace-s``), so they
+finish within a few ticks. Between ticks, the churn:
+``--cancels`` random queued jobs are cancelled, and new jobs arrive to bring the queue back
+to ``--jobs`` (replacing the completed and the cancelled).
+
+The controller runs in its own process (spawned, nothing else in it): each tick's wall time
+and that process's resident memory (``VmRSS``) after the tick are sampled; a least-squares
+slope of RSS per (controller) hour is reported, over all ticks and over the second half.
+At the end every submitted job is accounted for from ``squeue`` and ``sacct``: finished
+(``COMPLETED``), cancelled by the churn, or still queued/running; anything else is lost.
+
+    .venv/bin/python -m benchmarks.day_of_load --jobs 10000 --hours 1 --tick-s 60
+    # benchmarks/results/day_of_load.json and day_of_load.png (matplotlib: the 'plots' extra)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import RESULTS, write_result
+from slurm_plugin.slurm.runner import run
+from slurm_plugin.testcluster import lifecycle
+from slurm_plugin.testcluster.shapes import shape_named
+
+SUBMITTERS = 8  # parallel sbatch processes
+GPU_CHOICES = (1, 1, 1, 1, 1, 1, 2, 2, 4)  # mostly 1-GPU jobs, some 2 and 4
+LIVE_STATES = frozenset({"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "SUSPENDED"})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=10000, help="queued jobs kept on the cluster")
+    parser.add_argument("--hours", type=float, default=1.0, help="controller hours of ticks")
+    parser.add_argument("--tick-s", type=float, default=60.0, help="controller seconds one tick stands for")
+    parser.add_argument("--cancels", type=int, default=10, help="queued jobs cancelled between two ticks")
+    parser.add_argument("--run-s", type=float, nargs=2, default=(5.0, 30.0), metavar=("MIN", "MAX"),
+                        help="a job's real run time, uniform in [MIN, MAX] seconds")  # fmt: skip
+    parser.add_argument("--pace-s", type=float, default=5.0,
+                        help="a tick and its churn last at least this long (real s)")  # fmt: skip
+    parser.add_argument("--preset", default="tiresias")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="day_of_load", help="result name under benchmarks/results/")
+    args = parser.parse_args()
+    if args.jobs < 1 or args.hours <= 0 or not 1 <= args.tick_s <= 3600 or args.cancels < 0:
+        parser.error("--jobs >= 1, --hours > 0, --tick-s in [1, 3600], --cancels >= 0")
+    if not 0 < args.run_s[0] <= args.run_s[1]:
+        parser.error("--run-s MIN MAX with 0 < MIN <= MAX")
+    with tempfile.TemporaryDirectory(prefix="mosaic-day-") as tmp:
+        root = Path(tmp)
+        cluster = lifecycle.up(shape_named("homogeneous", accounting=True), root / "cluster")
+        try:
+            result = bench(cluster, root, args)
+        finally:
+            lifecycle.down(root / "cluster")
+    write_result(args.out, result)
+    plot(result, RESULTS / f"{args.out}.png")
+
+
+# -- the controller's process ----------------------------------------------------------
+
+
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def controller_worker(conn: Connection, conf: str, spool: str, preset_name: str, tick_s: float) -> None:
+    """Runs in the spawned child: one tick per message, as ``mosaic controller`` builds it."""
+    import resource
+
+    from planner.config import build_scheduler, preset
+    from slurm_plugin.controller.actuate import Actuator
+    from slurm_plugin.controller.config import ControllerConfig
+    from slurm_plugin.controller.loop import Controller
+    from slurm_plugin.slurm.backend import CliSlurm
+    from slurm_plugin.store import Store
+
+    config = ControllerConfig(
+        spool_dir=Path(spool), slurm_conf=conf, round_s=tick_s, checkpoint_grace_s=3.0, stop_timeout_s=30.0
+    )
+    client = CliSlurm(config.slurm_env, timeout_s=120)
+    store = Store(config.store_path)
+    start = time.time()
+    virtual = {"now": start}
+    # The controller's clock advances tick_s per tick; the actuator's waits stay in real time.
+    controller = Controller(
+        client,
+        store,
+        config,
+        build_scheduler(preset(preset_name)),
+        clock=lambda: virtual["now"],
+        actuator=Actuator(client, store, config),
+    )
+    conn.send({"rss_mb": _rss_mb()})
+    while True:
+        k = conn.recv()
+        if k is None:
+            break
+        virtual["now"] = start + k * tick_s
+        t0 = time.perf_counter()
+        report = controller.tick()
+        total_s = time.perf_counter() - t0
+        failed = report.result.failed if report.result is not None else []
+        conn.send(
+            {
+                "tick": k,
+                "total_s": round(total_s, 3),
+                "plan_s": round(report.decision_time_s or 0.0, 4),
+                "ok": report.ok,
+                "managed_jobs": report.jobs,
+                "actions": len(report.actions),
+                "failed": len(failed),
+                "rss_mb": round(_rss_mb(), 2),
+                "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 2),
+            }
+        )
+    store.close()
+
+
+# -- the load ----------------------------------------------------------------------------
+
+
+class Load:
+    """Submits, cancels and accounts for the benchmark's jobs."""
+
+    def __init__(self, cluster: lifecycle.Cluster, rng: random.Random, run_s: Sequence[float]) -> None:
+        self.cluster = cluster
+        self.rng = rng
+        self.run_s = run_s
+        self.submitted: list[str] = []
+        self.cancelled: set[str] = set()
+        self._next = 0
+
+    def submit(self, count: int) -> None:
+        specs = []
+        for _ in range(count):
+            self._next += 1
+            gpus = self.rng.choice(GPU_CHOICES)
+            seconds = round(self.rng.uniform(*self.run_s), 1)
+            specs.append((self._next, gpus, seconds))
+        with ThreadPoolExecutor(SUBMITTERS) as pool:
+            self.submitted.extend(pool.map(self._submit_one, specs))
+
+    def _submit_one(self, spec: tuple[int, int, float]) -> str:
+        k, gpus, seconds = spec
+        comment = "mosaic:" + json.dumps({"model": "resnet18", "duration_s": seconds}, separators=(",", ":"))
+        out = run(
+            ["sbatch", "--parsable", "--hold", "-o", "/dev/null", "-D", "/", "-J", f"d{k}",
+             f"--gres=gpu:{gpus}", "-c", str(gpus), f"--mem={gpus}G", f"--comment={comment}",
+             # A checkpoint signal (a preemption) is ignored: the stop then waits the grace.
+             "--wrap", f"trap '' USR1; sleep {seconds}"],
+            env=self.cluster.env,
+            timeout_s=120,
+        ).stdout  # fmt: skip
+        return out.strip().split(";")[0]
+
+    def queue(self) -> dict[str, str]:
+        """Every job squeue still lists, by id: its state (%T)."""
+        out = run(["squeue", "-h", "-t", "all", "-o", "%i %T"], env=self.cluster.env, timeout_s=120).stdout
+        return dict(line.split(None, 1) for line in out.splitlines() if line.strip())
+
+    def cancel(self, queue: dict[str, str], count: int) -> int:
+        pending = sorted((j for j, s in queue.items() if s == "PENDING"), key=int)
+        victims = self.rng.sample(pending, min(count, len(pending)))
+        if victims:
+            run(["scancel", *victims], env=self.cluster.env, timeout_s=120, check=False)
+            self.cancelled.update(victims)
+        return len(victims)
+
+    def sacct_states(self) -> dict[str, str]:
+        out = run(
+            ["sacct", "-X", "-a", "-n", "-P", "-S", "now-7days", "-o", "JobIDRaw,State"],
+            env=self.cluster.env,
+            timeout_s=300,
+        ).stdout
+        states = {}
+        for line in out.splitlines():
+            if "|" in line:
+                job_id, state = line.split("|", 1)
+                states[job_id] = state.split()[0] if state else ""  # 'CANCELLED by 0'
+        return states
+
+    def account(self, timeout_s: float = 300.0) -> dict[str, Any]:
+        """The fate of every submitted job; retried while slurmdbd catches up on the last ends."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            fates = self._fates(self.queue(), self.sacct_states())
+            if not fates["lost"] or time.monotonic() >= deadline:
+                return fates
+            time.sleep(5.0)
+
+    def _fates(self, queue: dict[str, str], sacct: dict[str, str]) -> dict[str, Any]:
+        counts = {"finished": 0, "cancelled_by_churn": 0, "queued": 0, "running": 0}
+        lost: dict[str, str] = {}
+        for job_id in self.submitted:
+            state = queue.get(job_id) or sacct.get(job_id) or "MISSING"
+            if state == "PENDING":
+                counts["queued"] += 1
+            elif state in LIVE_STATES:
+                counts["running"] += 1
+            elif state == "COMPLETED":
+                counts["finished"] += 1
+            elif state == "CANCELLED" and job_id in self.cancelled:
+                counts["cancelled_by_churn"] += 1
+            else:
+                lost[job_id] = state
+        return {
+            "submitted": len(self.submitted),
+            **counts,
+            "lost": len(lost),
+            "lost_jobs": dict(sorted(lost.items())[:50]),
+        }
+
+
+def bench(cluster: lifecycle.Cluster, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    load = Load(cluster, rng, args.run_s)
+    n_ticks = max(1, round(args.hours * 3600 / args.tick_s))
+    t0 = time.perf_counter()
+    load.submit(args.jobs)
+    submit_s = time.perf_counter() - t0
+    print(f"submitted {args.jobs} held jobs in {submit_s:.0f} s; {n_ticks} ticks of {args.tick_s:g} s follow")
+
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    worker = ctx.Process(
+        target=controller_worker,
+        args=(child, str(cluster.layout.conf), str(root / "spool"), args.preset, args.tick_s),
+        daemon=True,
+    )
+    worker.start()
+    rss_start = parent.recv()["rss_mb"]
+    ticks: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    try:
+        for k in range(1, n_ticks + 1):
+            cycle = time.perf_counter()
+            parent.send(k)
+            tick = parent.recv()
+            queue = load.queue()
+            live = [s for s in queue.values() if s in LIVE_STATES]
+            tick["queued"] = sum(s == "PENDING" for s in live)
+            tick["running"] = len(live) - tick["queued"]
+            tick["cancelled"] = load.cancel(queue, args.cancels)
+            arrivals = max(0, args.jobs - (len(live) - tick["cancelled"]))
+            load.submit(arrivals)
+            tick["arrived"] = arrivals
+            tick["wall_s"] = round(time.perf_counter() - started, 1)
+            ticks.append(tick)
+            print(json.dumps(tick), flush=True)
+            time.sleep(max(0.0, args.pace_s - (time.perf_counter() - cycle)))
+    finally:
+        parent.send(None)
+        worker.join(60)
+    wall_s = time.perf_counter() - started
+    fates = load.account()
+    print(f"fates: {json.dumps(fates)}")
+    return summarize(args, ticks, fates, n_ticks, submit_s, wall_s, rss_start, cluster)
+
+
+def slope(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Least-squares slope of ys over xs (``None`` with fewer than two distinct xs)."""
+    if len(set(xs)) < 2:
+        return None
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+
+
+def summarize(
+    args: argparse.Namespace,
+    ticks: list[dict[str, Any]],
+    fates: dict[str, Any],
+    n_ticks: int,
+    submit_s: float,
+    wall_s: float,
+    rss_start: float,
+    cluster: lifecycle.Cluster,
+) -> dict[str, Any]:
+    hours = [t["tick"] * args.tick_s / 3600 for t in ticks]
+    rss = [t["rss_mb"] for t in ticks]
+    times = [t["total_s"] for t in ticks]
+    half = len(ticks) // 2
+
+    def _round(x: float | None, digits: int = 3) -> float | None:
+        return None if x is None else round(x, digits)
+
+    return {
+        "command": (
+            f"python -m benchmarks.day_of_load --jobs {args.jobs} --hours {args.hours:g} --tick-s "
+            f"{args.tick_s:g} --cancels {args.cancels} --run-s {args.run_s[0]:g} {args.run_s[1]:g} "
+            f"--pace-s {args.pace_s:g} --preset {args.preset} --seed {args.seed}"
+        ),
+        "cluster": "test cluster homogeneous + accounting: 4 nodes x 4 GPUs, 16 CPUs, 64 GB",
+        "slurm": run(["squeue", "--version"], env=cluster.env).stdout.strip(),
+        "jobs_target": args.jobs,
+        "ticks": n_ticks,
+        "tick_s": args.tick_s,
+        "controller_hours": round(n_ticks * args.tick_s / 3600, 3),
+        "wall_s": round(wall_s, 1),
+        "initial_submit_s": round(submit_s, 1),
+        "submitted": fates["submitted"],
+        "fates": fates,
+        "arrivals": sum(t["arrived"] for t in ticks),
+        "cancels": sum(t["cancelled"] for t in ticks),
+        "failed_ticks": sum(not t["ok"] for t in ticks),
+        "failed_actions": sum(t["failed"] for t in ticks),
+        "tick_s_median": round(statistics.median(times), 3),
+        "tick_s_p95": round(sorted(times)[min(len(times) - 1, int(0.95 * len(times)))], 3),
+        "tick_s_max": max(times),
+        "tick_time_slope_s_per_hour": _round(slope(hours, times)),
+        "rss_mb_before_first_tick": round(rss_start, 1),
+        "rss_mb_first": rss[0],
+        "rss_mb_last": rss[-1],
+        "rss_mb_max": max(rss),
+        "rss_slope_mb_per_hour": _round(slope(hours, rss)),
+        "rss_slope_mb_per_hour_second_half": _round(slope(hours[half:], rss[half:])),
+        "per_tick": ticks,
+    }
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no PNG (pip install matplotlib, or the 'plots' extra)")
+        return
+    ticks = result["per_tick"]
+    hours = [t["tick"] * result["tick_s"] / 3600 for t in ticks]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    top.plot(hours, [t["total_s"] for t in ticks], ".-", lw=0.8, ms=3)
+    top.set_ylabel("tick wall time (s)")
+    top.set_ylim(bottom=0)
+    top.set_title(
+        f"A day of load: ~{result['jobs_target']:,} queued jobs + churn, {result['ticks']} ticks "
+        f"of {result['tick_s']:g} s",
+        fontsize=10,
+    )
+    rss = [t["rss_mb"] for t in ticks]
+    bottom.plot(hours, rss, ".-", lw=0.8, ms=3, color="tab:red")
+    s = result["rss_slope_mb_per_hour"]
+    if s is not None:
+        mx, my = statistics.fmean(hours), statistics.fmean(rss)
+        bottom.plot(hours, [my + s * (h - mx) for h in hours], "--", color="k", lw=0.8,
+                    label=f"least squares: {s:+.2f} MB/h")  # fmt: skip
+        bottom.legend(loc="lower right")
+    bottom.set_ylabel("controller RSS (MB)")
+    bottom.set_xlabel("controller time (h): each tick stands for tick_s")
+    bottom.set_ylim(bottom=0, top=max(rss) * 1.15)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -27,6 +27,7 @@ import argparse
 import json
 import multiprocessing
 import random
+import signal
 import statistics
 import tempfile
 import time
@@ -56,6 +57,8 @@ def main() -> None:
                         help="a job's real run time, uniform in [MIN, MAX] seconds")  # fmt: skip
     parser.add_argument("--pace-s", type=float, default=5.0,
                         help="a tick and its churn last at least this long (real s)")  # fmt: skip
+    parser.add_argument("--max-wall-s", type=float, default=None,
+                        help="stop ticking after this long (real s)")  # fmt: skip
     parser.add_argument("--preset", default="tiresias")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="day_of_load", help="result name under benchmarks/results/")
@@ -253,8 +256,19 @@ def bench(cluster: lifecycle.Cluster, root: Path, args: argparse.Namespace) -> d
     rss_start = parent.recv()["rss_mb"]
     ticks: list[dict[str, Any]] = []
     started = time.perf_counter()
+    stop = {"why": ""}
+
+    def interrupted(signum: int, frame: object) -> None:
+        stop["why"] = "interrupted (SIGINT)"
+
+    signal.signal(signal.SIGINT, interrupted)  # the next tick is not run; the jobs are still accounted
     try:
         for k in range(1, n_ticks + 1):
+            if args.max_wall_s is not None and time.perf_counter() - started >= args.max_wall_s:
+                stop["why"] = f"--max-wall-s {args.max_wall_s:g} reached"
+            if stop["why"]:
+                print(f"stopped after {k - 1} ticks: {stop['why']}")
+                break
             cycle = time.perf_counter()
             parent.send(k)
             tick = parent.recv()
@@ -271,12 +285,18 @@ def bench(cluster: lifecycle.Cluster, root: Path, args: argparse.Namespace) -> d
             print(json.dumps(tick), flush=True)
             time.sleep(max(0.0, args.pace_s - (time.perf_counter() - cycle)))
     finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         parent.send(None)
         worker.join(60)
     wall_s = time.perf_counter() - started
+    if not ticks:
+        raise SystemExit("no tick ran")
     fates = load.account()
     print(f"fates: {json.dumps(fates)}")
-    return summarize(args, ticks, fates, n_ticks, submit_s, wall_s, rss_start, cluster)
+    result = summarize(args, ticks, fates, len(ticks), submit_s, wall_s, rss_start, cluster)
+    result["ticks_planned"] = n_ticks
+    result["stopped_early"] = stop["why"] or None
+    return result
 
 
 def slope(xs: Sequence[float], ys: Sequence[float]) -> float | None:
@@ -311,6 +331,7 @@ def summarize(
             f"python -m benchmarks.day_of_load --jobs {args.jobs} --hours {args.hours:g} --tick-s "
             f"{args.tick_s:g} --cancels {args.cancels} --run-s {args.run_s[0]:g} {args.run_s[1]:g} "
             f"--pace-s {args.pace_s:g} --preset {args.preset} --seed {args.seed}"
+            + (f" --max-wall-s {args.max_wall_s:g}" if args.max_wall_s is not None else "")
         ),
         "cluster": "test cluster homogeneous + accounting: 4 nodes x 4 GPUs, 16 CPUs, 64 GB",
         "slurm": run(["squeue", "--version"], env=cluster.env).stdout.strip(),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,30 @@ def load_config(args: argparse.Namespace) -> ControllerConfig:
     )
 
 
+def spool_ready(spool: Path) -> None:
+    """The spool exists (created if its parent lets us) and this process may write in it;
+    otherwise a :class:`ConfigError` naming the directory, the account and the fix (the
+    controller runs as an ordinary account: see the systemd unit in etc/)."""
+    import pwd
+
+    uid = os.geteuid()
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = str(uid)
+    fix = f"create it for the controller's account: install -d -o {user} -m 0755 {spool}"
+    try:
+        spool.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{spool}: cannot create the spool directory as {user}: {e.strerror}; {fix}") from e
+    if not spool.is_dir():
+        raise ConfigError(f"{spool}: the spool is not a directory")
+    if not os.access(spool, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{spool}: the spool directory is not writable by {user} (uid {os.getuid()}); {fix}"
+        )
+
+
 def _client(config: ControllerConfig) -> CliSlurm:
     return CliSlurm(config.slurm_env, timeout_s=config.command_timeout_s)
 
@@ -129,6 +154,7 @@ def run_controller(args: argparse.Namespace) -> int:
     sched_config = scheduler_config(args)
     profiles = load_profile_store(args.profiles)
     scheduler = build_scheduler(sched_config, profiles)
+    spool_ready(config.spool_dir)
     if scheduler.max_jobs_per_gpu > 1:
         try:
             log.warning("%s", sharing_notice(scheduler.name, _client(config).nodes(), config.partitions))
@@ -170,6 +196,7 @@ def run_resize(args: argparse.Namespace) -> int:
             raise InputError(f"--plan is not valid JSON: {e.msg}") from e
         if not isinstance(plan, dict):
             raise InputError("--plan must be a JSON object")
+    spool_ready(config.spool_dir)
     store = Store(config.store_path)
     try:
         report = apply_resize(
@@ -232,6 +259,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 def run_snapshot(args: argparse.Namespace) -> int:
     config = load_config(args)
+    spool_ready(config.spool_dir)
     store = Store(config.store_path)
     try:
         # Observing also records new jobs and accounts service, as a tick would.

@@ -32,6 +32,8 @@ from typing import Any
 
 import pytest
 
+from planner.errors import ConfigError
+from slurm_plugin.cli.controller_cmd import spool_ready
 from slurm_plugin.controller.actuate import Actuator, access_denied, explain
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.slurm.runner import SlurmCommandError, run
@@ -91,6 +93,17 @@ def test_the_systemd_unit_and_the_cron_line_run_as_the_operator_account() -> Non
     assert "User=mosaic" in unit and "Group=mosaic" in unit and "UMask=0022" in unit
     assert "AdminLevel=Operator" in "\n".join(unit)
     assert "crontab -u mosaic" in (etc / "mosaic-controller.cron").read_text()
+
+
+def test_a_spool_that_cannot_be_made_is_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(
+        ConfigError, match=r"file/spool: cannot create the spool directory as \S+: .*install -d"
+    ):
+        spool_ready(blocker / "spool")
+    spool_ready(tmp_path / "new" / "spool")
+    assert (tmp_path / "new" / "spool").is_dir()
 
 
 # -- live -------------------------------------------------------------------------------------
@@ -222,6 +235,16 @@ def test_the_controller_runs_as_an_operator_and_without_the_admin_level_touches_
         f'[controller]\nspool_dir = "{spool}"\nslurm_conf = "{live.layout.conf}"\n'
         f"checkpoint_grace_s = {GRACE_S}\nstop_timeout_s = 30.0\n"
     )
+    # A spool the account may not write is refused up front, naming it, the account and the fix.
+    root_spool = work_dir / "root-spool"
+    root_spool.mkdir(mode=0o755)
+    refused = as_user(
+        operator, [str(MOSAIC), "controller", "--once", "--config", str(toml), "--spool", str(root_spool)], live,
+        check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr
+    assert f"{root_spool}: the spool directory is not writable by {OPERATOR}" in refused.stderr
+    assert f"install -d -o {OPERATOR}" in refused.stderr and not list(root_spool.iterdir())
     scripts = work_dir / "scripts"
     scripts.mkdir(mode=0o755)
 

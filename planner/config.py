@@ -332,6 +332,10 @@ def build_scheduler(
     shaping = create(SHAPINGS, "shaping", config.shaping)
     assert ordering is not None and placement is not None and shaping is not None
     preemptive = config.preemptive if config.preemptive is not None else ordering.preemptive_by_default
+    # The stages below may resize running jobs: they shrink none when told non-preemptive
+    # (``--non-preemptive``, ``preemptive = false``). A policy that is non-preemptive by default
+    # (FIFO under ``elastic``) still lets them take back GPUs: resizing is those presets' mechanism.
+    context = replace(context, preemptive=config.preemptive is not False)
     packing = create(PACKINGS, "packing", config.packing)
     return Scheduler(
         name=config.name,

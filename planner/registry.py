@@ -24,12 +24,16 @@ class StageContext:
     ``profile_noise`` and ``seed`` perturb what stages *believe* about throughputs
     (Tesserae §7.2's profiling-error study); the simulator's true speeds are unaffected.
     ``tenants`` maps a tenant's name to its GPU quota (the configuration's ``[[tenants]]``).
+    ``preemptive`` is ``False`` when the scheduler was configured non-preemptive explicitly
+    (``--non-preemptive``, ``preemptive = false``; not a policy's default): a stage that resizes
+    jobs (the reconfiguration stages) must then not take GPUs from a running job.
     """
 
     profiles: ProfileStore
     profile_noise: float = 0.0
     seed: int = 0
     tenants: Mapping[str, int] = field(default_factory=dict)
+    preemptive: bool = True
 
 
 T = TypeVar("T")

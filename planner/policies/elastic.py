@@ -71,16 +71,22 @@ class _Free:
 @RECONFIGURATIONS.register("elastic")
 @dataclass(frozen=True)
 class ElasticAllocation:
-    """Options: ``min_gain`` (0.1): the throughput a step up must add, relative."""
+    """Options: ``min_gain`` (0.1): the throughput a step up must add, relative.
+
+    ``preemptive`` (from the stage context: ``False`` when the scheduler is configured
+    non-preemptive, ``--non-preemptive``): with ``False`` no running job is shrunk; nor, under
+    either, a running job that is not ``preemptible``.
+    """
 
     scaling: ScalingModel
     min_gain: float = 0.1
+    preemptive: bool = True
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
         f = options_reader(options, "elastic allocation", ["min_gain"])
         gain = f.opt_float("min_gain")
-        return cls(ScalingModel(context.profiles), 0.1 if gain is None else gain)
+        return cls(ScalingModel(context.profiles), 0.1 if gain is None else gain, context.preemptive)
 
     def reconfigure(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft:
         if not any(j.elastic for j in ordered):
@@ -158,7 +164,10 @@ class ElasticAllocation:
                 (
                     (rank[j], j)
                     for j, a in assignments.items()
-                    if ordered[rank[j]].elastic and a.nodes == (node.name,) and not a.shares_with
+                    if ordered[rank[j]].elastic
+                    and a.nodes == (node.name,)
+                    and not a.shares_with
+                    and not keeps_its_gpus(ordered[rank[j]], self.preemptive)
                 ),
                 reverse=True,
             )
@@ -215,6 +224,12 @@ class ElasticAllocation:
         added = tuple((n, k) for n in nodes for k in free.gpus[n][:extra])
         free.take(added)
         return Assignment(tuple(sorted(a.gpus + added)), a.cpus, a.mem_gb, a.plan)
+
+
+def keeps_its_gpus(job: Job, preemptive: bool) -> bool:
+    """A running job no stage may take GPUs from: every running job under a non-preemptive
+    scheduler, a job that is not ``preemptible`` under any (:class:`planner.pipeline.Scheduler`)."""
+    return job.is_running and not (preemptive and job.preemptible)
 
 
 def _global_batch(job: Job, a: Assignment) -> int | None:

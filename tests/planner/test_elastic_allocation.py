@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given
 
 from planner import plan_round
@@ -77,3 +79,23 @@ def test_elastic_plans_are_valid_and_replanning_them_changes_nothing(snapshot):
     second = plan_round(_next_round(snapshot, first), sched)
     assert second.assignments == first.assignments
     assert second.preempted == second.migrated == second.started == second.reshaped == ()
+
+
+def test_non_preemptive_keeps_a_running_elastic_jobs_gpus_and_so_does_a_non_preemptible_job():
+    first = plan_round(make_snapshot(NODES, [ELASTIC]), scheduler("elastic"))
+    snapshot = _next_round(make_snapshot(NODES, [ELASTIC]), first)
+    assert snapshot.jobs[0].is_running and snapshot.jobs[0].assignment.num_gpus == 4
+    waiting = make_job("b", 2, submit=10.0)
+    jobs = [*snapshot.jobs, waiting]
+    # The preset (FIFO, non-preemptive by default, resizing its mechanism): the grown GPUs go back.
+    assert (
+        plan_round(make_snapshot(NODES, jobs, time_s=20.0), scheduler("elastic")).assignments["a"].num_gpus
+        == 2
+    )
+    # --non-preemptive: the running job is not shrunk; the waiting job waits.
+    plan = plan_round(make_snapshot(NODES, jobs, time_s=20.0), scheduler("elastic", preemptive=False))
+    assert plan.assignments["a"] is snapshot.jobs[0].assignment and "b" not in plan.assignments
+    # A running job that is not preemptible keeps its GPUs under a preemptive scheduler too.
+    pinned = [replace(snapshot.jobs[0], preemptible=False), waiting]
+    plan = plan_round(make_snapshot(NODES, pinned, time_s=20.0), scheduler("elastic"))
+    assert plan.assignments["a"].num_gpus == 4 and "b" not in plan.assignments

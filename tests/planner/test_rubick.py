@@ -234,3 +234,22 @@ def test_bad_options_are_config_errors():
         sched("rubick", restart_cost_s=-1)
     with pytest.raises(ConfigError, match="unknown"):
         sched("rubick", typo=1)
+
+
+def test_non_preemptive_rubick_neither_shrinks_nor_evicts_a_running_job():
+    # The two shrinks above, under --non-preemptive: the running job keeps its GPUs.
+    be = run(job("be", 8, "bert", 32, min_gpus=1), [("n0", k) for k in range(8)], 96)
+    g = job("g", 4, "bert", 32, guaranteed=True, tenant="a")
+    config = replace(PRESETS["rubick"], tenants=(Tenant("a", 8),), preemptive=False)
+    plan = plan_round(Snapshot(0.0, (A800,), (be, g)), build_scheduler(config))
+    assert plan.assignments["be"].gpus == be.assignment.gpus and "g" not in plan.assignments
+    grown = run(job("grown", 2, "vit", 64, max_gpus=8), [("n0", k) for k in range(8)], 96)
+    waiting = job("w", 4, "gpt2", 16, min_gpus=4, submit=1.0)
+    snap = Snapshot(0.0, (A800,), (grown, waiting))
+    assert plan_round(snap, sched("rubick")).assignments["grown"].num_gpus == 4  # preemptive: shrunk
+    plan = plan_round(snap, build_scheduler(replace(PRESETS["rubick"], preemptive=False)))
+    assert plan.assignments["grown"].num_gpus == 8 and "w" not in plan.assignments
+    # A running job that is not preemptible keeps its GPUs under the preemptive preset too.
+    pinned = replace(grown, preemptible=False)
+    plan = plan_round(Snapshot(0.0, (A800,), (pinned, waiting)), sched("rubick"))
+    assert plan.assignments["grown"].num_gpus == 8 and "w" not in plan.assignments

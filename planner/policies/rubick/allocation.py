@@ -33,7 +33,9 @@ shrink that a privileged job needs to reach its minimum (case 2) is exempt: the 
 With ``resources`` off (Rubick-E) only step 3's plan choice runs, on the draft's resources;
 with ``plans`` off (Rubick-R, Sia) every job keeps its plan, rescaled to its GPU count.
 A rigid job is never resized and keeps its CPUs; its plan may change only among its
-``candidate_plans``.
+``candidate_plans``. Under a non-preemptive scheduler no running job gives up GPUs (it is
+neither shrunk nor evicted for another job), nor, under any, a running job that is not
+``preemptible``; they may still grow and change plans.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from typing import Any, Self
 from planner.execplan import PlanError, plan_from_mapping, plan_to_mapping, replan
 from planner.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
 from planner.policies.common import consolidated_slots, options_reader
+from planner.policies.elastic import keeps_its_gpus
 from planner.policies.rubick.curves import CurveBook, JobCurve, Point, even_nodes, job_curve
 from planner.policies.rubick.policy import neutral_slope, privileged, quotas_of, rubick_usage, shared_book
 from planner.policies.shaping import proportional_share
@@ -105,6 +108,7 @@ class RubickAllocation:
     min_gain: float = 0.05
     restart_cost_s: float = 30.0
     threshold: float = THRESHOLD
+    preemptive: bool = True  # the scheduler's (stage context): False, no running job gives up GPUs
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
@@ -129,6 +133,7 @@ class RubickAllocation:
             0.05 if gain is None else gain,
             30.0 if cost is None else cost,
             THRESHOLD if threshold is None else threshold,
+            context.preemptive,
         )
 
     def _may(self, job: Job) -> bool:
@@ -300,6 +305,8 @@ class _Work:
         job = self.jobs.get(job_id)
         if job is None or not job.elastic or len(a.per_node) != 1 or a.shares_with:
             return
+        if keeps_its_gpus(job, self.stage.preemptive):
+            return
         if self.curves[job_id] is None:
             return
         self._donors.setdefault(a.nodes[0], []).append(job_id)
@@ -387,6 +394,7 @@ class _Work:
                     for other, b in self.assignments.items()
                     if other not in self.privileged
                     and self.rank.get(other, -1) > self.rank[job.id]
+                    and not (other in self.jobs and keeps_its_gpus(self.jobs[other], self.stage.preemptive))
                     and any(n in short for n in b.nodes)
                 ),
                 key=lambda other: -self.rank[other],

@@ -55,3 +55,24 @@ def uninterrupted_losses(
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return {r["step"]: r["loss"] for r in losses(log)}
+
+
+def uninterrupted_deepspeed_losses(
+    directory: Path, steps: int, workers: int, plan: str, global_batch: int = 16
+) -> dict[int, float]:
+    """Loss per step of ``contrib/examples/train_deepspeed.py`` run once, never stopped, on
+    ``workers`` local ranks (gloo) under mosaic-run with ``plan``: the curve a DeepSpeed job
+    resumed at another size or plan must reproduce."""
+    import os
+    import sys
+
+    train = Path(__file__).resolve().parents[2] / "contrib" / "examples" / "train_deepspeed.py"
+    log = directory / "reference-deepspeed.jsonl"
+    argv = [str(Path(sys.executable).parent / "mosaic-run"), "--framework", "deepspeed", "--launcher", "local",
+            "--workers", str(workers), "--global-batch", str(global_batch), "--plan", plan,
+            "--checkpoint-dir", str(directory / "ref-deepspeed"),
+            "--", sys.executable, str(train), "--steps", str(steps), "--loss-log", str(log)]  # fmt: skip
+    env = {**os.environ, "MOSAIC_SPOOL": str(directory / "refspool-deepspeed")}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {r["step"]: r["loss"] for r in losses(log)}

@@ -68,8 +68,9 @@ def uninterrupted_deepspeed_losses(
 
     train = Path(__file__).resolve().parents[2] / "contrib" / "examples" / "train_deepspeed.py"
     log = directory / "reference-deepspeed.jsonl"
-    argv = [str(Path(sys.executable).parent / "mosaic-run"), "--framework", "deepspeed", "--launcher", "local",
-            "--workers", str(workers), "--global-batch", str(global_batch), "--plan", plan,
+    argv = [str(Path(sys.executable).parent / "mosaic-run"), "--framework", "deepspeed",
+            "--launcher", "local", "--workers", str(workers), "--global-batch", str(global_batch),
+            "--plan", plan,
             "--checkpoint-dir", str(directory / "ref-deepspeed"),
             "--", sys.executable, str(train), "--steps", str(steps), "--loss-log", str(log)]  # fmt: skip
     env = {**os.environ, "MOSAIC_SPOOL": str(directory / "refspool-deepspeed")}

@@ -56,6 +56,12 @@ def deepspeed_config(
         else:
             zero.pop(key, None)
     config["zero_optimization"] = zero
+    if plan.offload_optimizer or plan.offload_param:
+        # DeepSpeed refuses a client-built optimizer (torch.optim.Adam) under ZeRO-Offload unless
+        # told otherwise: a job the scheduler moves to an offload plan would fail at start. It runs
+        # (the optimizer step on the host, as the plan means); DeepSpeedCPUAdam stays the faster
+        # choice for a job that builds it. A job's own setting wins.
+        config.setdefault("zero_force_ds_cpu_optimizer", False)
     if plan.activation_checkpointing:
         # Takes effect where the model calls deepspeed.checkpointing.checkpoint (DeepSpeed's
         # activation-checkpointing API); the runtime exposes the same switch for plain torch.

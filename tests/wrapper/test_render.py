@@ -177,3 +177,14 @@ def test_torch_environment_carries_the_plan_for_the_runtime():
         "global_batch": 8,
     }
     assert env["MOSAIC_PLAN_VERSION"] == "5"
+
+
+def test_an_offload_plan_lets_deepspeed_run_the_jobs_own_optimizer_unless_the_job_says_otherwise():
+    # DeepSpeed raises ZeRORuntimeException for a client-built optimizer under ZeRO-Offload
+    # without this; a plan the scheduler chose must not fail the job at start.
+    offload = resolve(plan_from_mapping({"zero_stage": 2, "offload_optimizer": True}), 2, 16)
+    assert render.deepspeed_config(offload)["zero_force_ds_cpu_optimizer"] is False
+    own = render.deepspeed_config(offload, {"zero_force_ds_cpu_optimizer": True})
+    assert own["zero_force_ds_cpu_optimizer"] is True
+    plain = resolve(plan_from_mapping({"zero_stage": 2}), 2, 16)
+    assert "zero_force_ds_cpu_optimizer" not in render.deepspeed_config(plain)

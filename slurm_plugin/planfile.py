@@ -41,6 +41,7 @@ from filelock import FileLock
 from planner.errors import InputError, MosaicError
 from planner.fields import loads_json
 from planner.model import Assignment
+from slurm_plugin.controller.faults import crash_point
 from wrapper import plandoc, status
 from wrapper.plandoc import PlanFileError, parse_plan_document, plan_document
 
@@ -127,6 +128,7 @@ def _write_plan(
                 f.flush()
                 os.fchmod(f.fileno(), PLAN_MODE)
                 os.fsync(f.fileno())
+            crash_point("planfile.written")
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

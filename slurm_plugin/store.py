@@ -27,6 +27,7 @@ from typing import Any
 
 from planner.errors import MosaicError
 from profiles.observed import ObservedPoint, Shape
+from slurm_plugin.controller.faults import crash_point
 
 SCHEMA_VERSION = 1
 """The store's schema version (``PRAGMA user_version``). A store written before versions
@@ -321,6 +322,7 @@ class Store:
     def next_plan_version(self, job_id: str) -> int:
         with self.db:
             self.db.execute("UPDATE jobs SET plan_version = plan_version + 1 WHERE job_id = ?", (job_id,))
+            crash_point("store.next_plan_version")
         row = self.db.execute("SELECT plan_version FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         return int(row[0]) if row else 1
 
@@ -339,6 +341,7 @@ class Store:
                 "INSERT INTO rounds (time_s, status, plan) VALUES (?, ?, ?)",
                 (time_s, "dry-run" if dry_run else "applying", json.dumps(dict(plan))),
             )
+            crash_point("store.begin_round")
         return int(cur.lastrowid or 0)
 
     def finish_round(self, round_id: int, actions: int, error: str | None = None) -> None:
@@ -347,6 +350,7 @@ class Store:
                 "UPDATE rounds SET status = 'done', actions = ?, error = ? WHERE round_id = ?",
                 (actions, error, round_id),
             )
+            crash_point("store.finish_round")
 
     def unfinished_round(self) -> RoundRecord | None:
         """The latest round whose actions were not all applied (a crash mid-round)."""
@@ -377,6 +381,7 @@ class Store:
                 "status = excluded.status, detail = excluded.detail, time_s = excluded.time_s",
                 (request_id, round_id, job_id, kind, status, detail, now),
             )
+            crash_point("store.log_action")
 
     def action_status(self, request_id: str) -> str | None:
         row = self.db.execute("SELECT status FROM actions WHERE request_id = ?", (request_id,)).fetchone()

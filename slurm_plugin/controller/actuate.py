@@ -24,6 +24,7 @@ from planner.model import Assignment
 from planner.relaunch import mem_mb_per_node
 from slurm_plugin import planfile
 from slurm_plugin.controller.config import ControllerConfig
+from slurm_plugin.controller.faults import crash_point
 from slurm_plugin.controller.layout import TaskLayout, layout_problem
 from slurm_plugin.controller.observe import Observation
 from slurm_plugin.controller.rounddiff import (
@@ -134,6 +135,7 @@ class Actuator:
         self._requeue_seen = {k: self._requeue_seen.get(k, now) for k in requeued}
         for a in actions:
             self.store.log_action(a.request_id, round_id, a.job_id, a.kind, "planned", a.reason, self.clock())
+        crash_point("actions.logged")
         stops = [a for a in actions if a.kind is Kind.STOP]
         starts = [a for a in actions if a.kind is Kind.START]
         holds = [a for a in actions if a.kind is Kind.HOLD]
@@ -211,9 +213,11 @@ class Actuator:
                     self._skip(a, round_id, result, f"checkpoint signal refused: {explain(e)}", failed=True)
                     continue
                 log.warning("job %s: checkpoint signal failed: %s", a.job_id, e)
+            crash_point("stop.signalled")
             running.append(a)
             owners[a.job_id] = sj.user_id
         self._wait_checkpoints(owners, signalled_at)
+        crash_point("stop.checkpointed")
         states = self._states()
         # A job may keep running after its checkpoint, or exit once it is saved (mosaic-run
         # does). Slurm requeues a finished batch job too, so one that exited *after writing
@@ -239,12 +243,16 @@ class Actuator:
                         self.client.requeue_hold([a.job_id])
                     except SlurmError as e:
                         self._skip(a, round_id, result, f"requeuehold failed: {explain(e)}", failed=True)
+            crash_point("stop.requeue_held")
         self._wait_pending([a.job_id for a in running])
+        crash_point("stop.left_nodes")
         failed = {rid for rid, _ in result.failed}
         for a in running:
             if a.request_id not in failed:
                 self._audit(a, round_id, f"{a.reason}: stopped")
+                crash_point("stop.audited")
                 self._done(a, round_id, result)
+                crash_point("stop.done")
 
     def _checkpointed_since(self, job_id: str, since: float, owner_uid: int | None) -> bool:
         """Did the job write a checkpoint marker at ``since`` or later? Only a marker in a
@@ -337,11 +345,14 @@ class Actuator:
             version = self.store.next_plan_version(a.job_id)
             try:
                 planfile.write_plan(self.config.spool_dir, a.job_id, version, a.assignment)
+                crash_point("start.plan_written")
                 self._update_start(a.job_id, fields)
+                crash_point("start.updated")
                 self._wait_for_a_fresh_credential(sj)
                 # One release per job: a crash between two starts leaves each job either
                 # started (and logged) or untouched, so re-applying the round is exact.
                 self.client.release([a.job_id])
+                crash_point("start.released")
             except (MosaicError, OSError) as e:
                 self._skip(a, round_id, result, f"start failed: {explain(e)}", failed=True)
                 continue
@@ -372,6 +383,7 @@ class Actuator:
                 sj = states.get(job_id)
                 if sj is None or not sj.is_pending or never_runnable(sj.reason):
                     self._settle_start(sj, *waiting.pop(job_id), round_id, result)
+                    crash_point("start.done")
             if not waiting or self.clock() >= deadline:
                 break
             self.sleep(0.1)
@@ -380,6 +392,7 @@ class Actuator:
             sj = states.get(job_id)
             reason = sj.reason if sj is not None else "gone"
             self._done(a, round_id, result, f"{a.reason} (released; Slurm: pending, {reason})")
+            crash_point("start.done")
 
     def _settle_start(
         self,
@@ -412,6 +425,7 @@ class Actuator:
             except SlurmError as e:
                 self._skip(a, round_id, result, f"hold failed: {e}", failed=True)
                 continue
+            crash_point("hold.held")
             self._done(a, round_id, result)
 
     # -- audit ------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from slurm_plugin import planfile
 from slurm_plugin.controller import metrics
 from slurm_plugin.controller.actuate import Actuator, ApplyResult
 from slurm_plugin.controller.config import ControllerConfig
+from slurm_plugin.controller.faults import crash_point
 from slurm_plugin.controller.observe import (
     IN_FLUX_STATES,
     OUTSIDE_PREFIX,
@@ -224,6 +225,7 @@ class Controller:
         # Jobs released last tick and not started yet would be planned as pending again.
         self.actuator.settle()
         obs = self.observe()
+        crash_point("tick.observed")
         completed = None
         unfinished = self.store.unfinished_round()
         if unfinished is not None and not dry_run:
@@ -233,7 +235,9 @@ class Controller:
             actions = diff(obs, _assignments(unfinished.plan), unfinished.round_id)
             self._round_in_progress = unfinished.round_id
             result = self.actuator.apply(obs, actions, unfinished.round_id)
+            crash_point("round.applied")
             self.store.finish_round(unfinished.round_id, result.count)
+            crash_point("round.finished")
             completed = unfinished.round_id
             obs = self.observe()
         report = TickReport(now, ok=True, completed_round=completed, jobs=len(obs.managed))
@@ -246,6 +250,7 @@ class Controller:
         document = round_plan_to_json(plan)
         report.decision_time_s = plan.decision_time_s
         report.round_id = self.store.begin_round(now, document, dry_run=dry_run)
+        crash_point("round.begun")
         self._round_in_progress = None if dry_run else report.round_id
         actions = diff(obs, _managed_assignments(plan.assignments), report.round_id)
         report.actions = describe(actions)
@@ -258,8 +263,11 @@ class Controller:
                 if not j.startswith(OUTSIDE_PREFIX) and j in obs.managed
             }
         )
+        crash_point("round.policy_state")
         report.result = self.actuator.apply(obs, actions, report.round_id)
+        crash_point("round.applied")
         self.store.finish_round(report.round_id, report.result.count)
+        crash_point("round.finished")
         _log_actions(report.round_id, actions)
         return report
 

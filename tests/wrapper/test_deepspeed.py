@@ -31,9 +31,9 @@ STEPS = 10
 TOLERANCE = 1e-5
 
 
-def run_job(tmp_path, job_id, workers, zero_stage, *train_args, signal_after=None):
+def run_job(tmp_path, job_id, workers, zero_stage, *train_args, signal_after=None, offload=False):
     spool = tmp_path / "spool"
-    plan = {"global_batch": 16, "micro_batch": 4, "zero_stage": zero_stage}
+    plan = {"global_batch": 16, "micro_batch": 4, "zero_stage": zero_stage, "offload_optimizer": offload}
     planfile.write_plan(
         spool, job_id, None, Assignment(tuple(("n1", k) for k in range(workers)), 4, 8.0, plan)
     )
@@ -81,3 +81,28 @@ def test_a_checkpoint_deepspeed_cannot_reshard_is_refused_not_loaded(tmp_path):
     assert "universal_checkpoint_info state is missing in checkpoint" in err
     assert "refusing to resume at DP 4 from DP 2" in err
     assert losses(tmp_path / "901.loss.jsonl") == before  # no rank started
+
+
+def test_zero2_resumes_as_zero_offload_with_the_jobs_own_optimizer(tmp_path):
+    # The plan change Rubick makes when it gives a job CPUs for ZeRO-Offload: the same ranks,
+    # the optimizer state and step moved to the host. The example builds torch.optim.Adam,
+    # which DeepSpeed refuses under offload unless the rendered config allows it.
+    code, err, _ = run_job(tmp_path, "1100", 2, 2)
+    assert code == 0, err[-3000:]
+    reference = {r["step"]: r["loss"] for r in losses(tmp_path / "1100.loss.jsonl")}
+
+    code, err, marker = run_job(tmp_path, "910", 2, 2, "--step-sleep", "0.3", signal_after=3)
+    assert code == 0, err[-3000:]
+    stopped = marker["step"]
+    assert 3 <= stopped < STEPS
+
+    code, err, _ = run_job(tmp_path, "910", 2, 2, offload=True)
+    assert code == 0, err[-3000:]
+    rendered = sorted((tmp_path / "ckpt-910" / ".mosaic").glob("deepspeed-config.*.json"))
+    config = json.loads(max(rendered, key=lambda p: p.stat().st_mtime).read_text())
+    assert config["zero_optimization"]["offload_optimizer"] == {"device": "cpu"}
+    assert config["zero_force_ds_cpu_optimizer"] is False
+    records = losses(tmp_path / "910.loss.jsonl")
+    assert [r["step"] for r in records] == list(range(1, STEPS + 1))
+    for r in records:
+        assert math.isclose(r["loss"], reference[r["step"]], rel_tol=TOLERANCE), (r, reference[r["step"]])

@@ -20,11 +20,17 @@ its sibling's parameters or from the shared ones. Also reported: other sharing c
 error on the data-parallel family and on the 3D points separately. Writes
 ``benchmarks/results/perfmodel_validate.json``.
 
-    .venv/bin/python benchmarks/perfmodel.py
+    .venv/bin/python benchmarks/perfmodel.py           # everything, about 18 min on a loaded machine
+    .venv/bin/python benchmarks/perfmodel.py --quick   # fit + validation tables only, seconds
+
+``--quick`` is for iterating on the model: it prints the same (a)/(b)/(c) and Morphling
+tables from the same fit, and skips the leave-one-out comparisons, the family evidence and
+the variants (which need minutes and choose the defaults), so it does not write the JSON.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from dataclasses import replace
@@ -144,7 +150,12 @@ def family_evidence(samples: list[Row]) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="fit and print the validation tables only (no JSON written)"
+    )
+    args = parser.parse_args(argv)
     samples = list(parse_table((DATA / "samples.csv").read_text(), "samples.csv", require_time=True).rows)
     validation = list(
         parse_table((DATA / "validation.csv").read_text(), "validation.csv", require_time=True).rows
@@ -164,6 +175,9 @@ def main() -> None:
     print(format_accuracy(ours))
     print("\nMorphling's own predictions (rubick_pred_s):")
     print(format_accuracy(rubick))
+    if args.quick:
+        print(f"\nfit on {len(samples)} samples in {fit_s:.2f} s (--quick: nothing written)")
+        return
 
     is_3d = [r.query.plan.tp * r.query.plan.pp > 1 for r in validation]
     ours_points = list(ours.points)

@@ -233,3 +233,50 @@ def test_renumbering_gpus_on_the_same_node_costs_nothing_and_a_move_costs_a_rest
     # Rounds at 0, 360, 720 s: the job is placed anew at 360 and 720 s.
     assert (a.restarts, a.migrations, a.preemptions) == (restarts, migrations, 0)
     assert a.finish_time_s == pytest.approx(1000 + 30 * restarts)
+
+
+def test_snapshot_entries_rebuilt_slot_by_slot_equal_the_constructors():
+    # Running jobs' entries are rebuilt every round without Job's constructor: each must
+    # equal, field for field, the Job the constructor builds from the same state.
+    from planner.model import Job, JobState
+    from planner.sim import Simulator
+
+    trace = [trace_job(k, submit=60.0 * k, gpus=1 + k % 2, duration=3000.0 + 500 * k) for k in range(8)]
+    sim = Simulator(
+        make_nodes(1), trace, scheduler("tiresias"), SimConfig(horizon_s=4000.0), profiles=profiles()
+    )
+    sim.run()
+    rebuilt = 0
+    for job in sim.active.values():
+        job.view = None
+        view = job.snapshot_view()
+        t, running = job.trace, job.assignment is not None
+        want = Job(
+            id=t.job_id,
+            num_gpus=t.num_gpus,
+            model=t.model,
+            submit_time_s=t.submit_time_s,
+            state=JobState.RUNNING if running else JobState.PENDING,
+            attained_gpu_s=job.attained_gpu_s,
+            progress=1.0 - job.work_left_s / t.duration_s,
+            remaining_s=job.work_left_s,
+            duration_s=t.duration_s,
+            batch_size=t.batch_size,
+            tenant=t.tenant,
+            guaranteed=t.guaranteed,
+            deadline_s=t.deadline_s,
+            gpu_type=t.gpu_type,
+            plan=t.plan,
+            candidate_plans=t.plans,
+            restarts=job.restarts,
+            pending_since_s=None if running else job.pending_since_s,
+            assignment=job.assignment,
+            policy_state=job.policy_state,
+            min_gpus=t.min_gpus,
+            max_gpus=t.max_gpus,
+            gpu_types=t.gpu_types,
+        )
+        assert view == want
+        assert [getattr(view, f) for f in Job.__slots__] == [getattr(want, f) for f in Job.__slots__]
+        rebuilt += job.validated
+    assert rebuilt >= 2 and any(j.assignment is not None for j in sim.active.values())

@@ -1,16 +1,22 @@
 """Rubick's live plan change: the controller, not a hand-made update, shrinks a running DeepSpeed job.
 
-Under the ``rubick`` preset on the test cluster (4 nodes x 4 GPUs), with a tenant ``prod``
-holding a 2-GPU quota: three rigid 4-GPU best-effort jobs fill three nodes; a best-effort
-DeepSpeed job (CPU, gloo) of Rubick's ``bert`` (``#MOSAIC --model bert --min-gpus 2
---max-gpus 4``, its plans ZeRO-2 at any micro-batch and accumulation) starts on the free node's 4 GPUs
-with ZeRO-2, micro-batch 4, no accumulation. A guaranteed 2-GPU job of ``prod`` arrives: it is
-privileged (within its tenant's quota) and nothing is free, so the controller shrinks the
-DeepSpeed job on its node to 2 GPUs with a new plan, ZeRO-2 with micro-batch 4 x accumulation
-2 (the global batch of 16 kept), and places the guaranteed job on the 2 GPUs it gave up.
+Under the ``rubick`` preset on the test cluster (4 nodes x 4 GPUs), with tenants ``prod``
+(a 2-GPU quota) and ``other`` (12): three rigid 4-GPU guaranteed jobs of ``other`` fill three
+nodes; a best-effort DeepSpeed job (CPU, gloo) of one of Rubick's models (``#MOSAIC --model
+... --min-gpus 2 --max-gpus 4 --plans ...``) starts on the free node's 4 GPUs with ZeRO-2. A
+guaranteed 2-GPU job of ``prod`` arrives: it is privileged (within its tenant's quota) and
+nothing is free, so the controller shrinks the DeepSpeed job on its node to 2 GPUs with the
+best plan there, and places the guaranteed job on the 2 GPUs it gave up:
+
+* ``accumulation``: ``bert``, global batch 16: ZeRO-2 micro-batch 4 on 4 GPUs -> ZeRO-2
+  micro-batch 4 x accumulation 2 on 2 GPUs;
+* ``offload``: ``llama7``, global batch 8: ZeRO-2 micro-batch 2 on 4 GPUs -> ZeRO-Offload
+  micro-batch 4 on 2 GPUs (ZeRO-2 at that micro-batch does not fit 2 GPUs' memory).
+
 ``mosaic-run`` converts the ZeRO-2 checkpoint taken at 4 ranks into DeepSpeed's universal
-checkpoint and resumes it on 2 ranks at the next step; the job completes, and every step's
-loss equals an uninterrupted DeepSpeed run's (1e-4 relative).
+checkpoint and resumes it on 2 ranks at the next step with the new plan; the job completes, and
+every step's loss equals an uninterrupted DeepSpeed run's (1e-4 relative). The jobs run the
+small model of ``contrib/examples/train_deepspeed.py``; the model name is what Rubick prices.
 """
 
 from __future__ import annotations
@@ -18,13 +24,13 @@ from __future__ import annotations
 import json
 import math
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
 from planner.config import Tenant, build_scheduler, preset
-from planner.execplan import plan_from_mapping
+from planner.execplan import ExecPlan, plan_from_mapping
 from slurm_plugin import planfile
 from slurm_plugin.controller.loop import Controller
 from slurm_plugin.slurm.backend import CliSlurm
@@ -45,14 +51,51 @@ START_S = 900
 GRACE_S = 300
 
 
-def _deepspeed_job(directory: Path, log: Path, out: Path) -> Path:
-    path = directory / "bert.sh"
+@dataclass(frozen=True)
+class Case:
+    """One shrink: the model Rubick prices, the global batch, the submitted plan and the others
+    the job lets Rubick choose, and the plan expected at 4 GPUs and after the shrink to 2
+    (dp, ZeRO stage, optimizer offload, micro-batch, accumulation)."""
+
+    model: str
+    batch: int
+    plan: str
+    plans: str
+    first: tuple[int, int, bool, int, int]
+    second: tuple[int, int, bool, int, int]
+
+
+CASES = {
+    # bert at 16: ZeRO-2 at 2 GPUs with the micro-batch kept and 2 accumulation steps.
+    "accumulation": Case(
+        "bert",
+        16,
+        '{"zero_stage": 2, "micro_batch": 4}',
+        '[{"zero_stage": 2}]',
+        (4, 2, False, 4, 1),
+        (2, 2, False, 4, 2),
+    ),
+    # llama7 at 8: ZeRO-2 with micro-batch 4 does not fit 2 GPUs' memory; ZeRO-Offload does.
+    "offload": Case(
+        "llama7",
+        8,
+        '{"zero_stage": 2}',
+        '[{"zero_stage": 2, "offload_optimizer": true}]',
+        (4, 2, False, 2, 1),
+        (2, 2, True, 4, 1),
+    ),
+}
+
+
+def _deepspeed_job(directory: Path, case: Case, log: Path, out: Path) -> Path:
+    path = directory / "ds.sh"
     path.write_text(
         "#!/bin/bash\n"
-        f"#SBATCH -J bert --gres=gpu:4 -c 8 --mem=8G -o {out} --open-mode=append\n"
-        "#MOSAIC --model bert --global-batch-size 16 --min-gpus 2 --max-gpus 4 --framework deepspeed\n"
-        '#MOSAIC --plan \'{"zero_stage": 2, "micro_batch": 4}\'\n'
-        "#MOSAIC --plans '[{\"zero_stage\": 2}]'\n"
+        f"#SBATCH -J ds --gres=gpu:4 -c 8 --mem=8G -o {out} --open-mode=append\n"
+        f"#MOSAIC --model {case.model} --global-batch-size {case.batch} --min-gpus 2 --max-gpus 4 "
+        "--framework deepspeed\n"
+        f"#MOSAIC --plan '{case.plan}'\n"
+        f"#MOSAIC --plans '{case.plans}'\n"
         f"exec {BIN / 'mosaic-run'} --framework deepspeed --grace-s {GRACE_S} "
         f"--checkpoint-dir {directory / 'ckpt'} "
         f"-- {sys.executable} {TRAIN} --steps {STEPS} --loss-log {log} --step-sleep 1\n"
@@ -60,20 +103,35 @@ def _deepspeed_job(directory: Path, log: Path, out: Path) -> Path:
     return path
 
 
+def _shape(plan: ExecPlan) -> tuple[int, int, bool, int, int]:
+    assert plan.dp is not None and plan.micro_batch is not None and plan.grad_accum is not None
+    return (plan.dp, plan.zero_stage, plan.offload_optimizer, plan.micro_batch, plan.grad_accum)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_the_controller_shrinks_a_running_deepspeed_job_for_a_guaranteed_job_with_a_new_plan(
-    live, tmp_path, monkeypatch
+    name, live, tmp_path, monkeypatch
 ):
+    case = CASES[name]
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     config = config_for(live, tmp_path / "spool", checkpoint_grace_s=float(GRACE_S), stop_timeout_s=600.0)
-    scheduler = build_scheduler(replace(preset("rubick"), tenants=(Tenant("prod", 2),)))
+    tenants = (Tenant("prod", 2), Tenant("other", 12))
+    scheduler = build_scheduler(replace(preset("rubick"), tenants=tenants))
     client = CliSlurm(config.slurm_env, timeout_s=config.command_timeout_s)
     ctl = Controller(client, Store(config.store_path), config, scheduler)
-    fillers = [submit_job(config, write_script(tmp_path, f"fill{k}", 4, duration_s=36000)) for k in range(3)]
+    # Guaranteed within their tenant's quota: Rubick keeps them and shrinks the best-effort job.
+    fillers = [
+        submit_job(
+            config,
+            write_script(tmp_path, f"fill{k}", 4, duration_s=36000, directives="--tenant other --guaranteed"),
+        )
+        for k in range(3)
+    ]
     assert ctl.tick().ok
     wait_for("the fillers", lambda: all(jobs(config)[f].state == "RUNNING" for f in fillers))
 
-    log, out = tmp_path / "loss.jsonl", tmp_path / "bert.out"
-    job = submit_job(config, _deepspeed_job(tmp_path, log, out))
+    log, out = tmp_path / "loss.jsonl", tmp_path / "ds.out"
+    job = submit_job(config, _deepspeed_job(tmp_path, case, log, out))
 
     def explain() -> str:
         return f"\n{jobs(config).get(job)}\n--- output ---\n{out.read_text()[-4000:] if out.exists() else ''}"
@@ -88,7 +146,7 @@ def test_the_controller_shrinks_a_running_deepspeed_job_for_a_guaranteed_job_wit
         tick.to_json()
     )
     first = plan_from_mapping(plan())
-    assert (first.dp, first.zero_stage, first.micro_batch, first.grad_accum) == (4, 2, 4, 1), first
+    assert _shape(first) == case.first, first
     wait_for("2 steps on 4 ranks" + explain(), lambda: len(losses(log)) >= 2, START_S)
 
     guest = submit_job(
@@ -102,8 +160,8 @@ def test_the_controller_shrinks_a_running_deepspeed_job_for_a_guaranteed_job_wit
         explain(),
     )
     second = plan_from_mapping(plan())
-    assert (second.dp, second.zero_stage, second.micro_batch, second.grad_accum) == (2, 2, 4, 2), second
-    assert second.global_batch == first.global_batch == 16
+    assert _shape(second) == case.second, second
+    assert second.global_batch == first.global_batch == case.batch
     sj = jobs(config)
     assert len(set(sj[job].nodes)) == 1 and set(sj[guest].nodes) == set(sj[job].nodes), (sj[guest], sj[job])
 
@@ -119,9 +177,14 @@ def test_the_controller_shrinks_a_running_deepspeed_job_for_a_guaranteed_job_wit
     )
     config_2 = json.loads(rendered[-1].read_text())
     assert config_2["zero_optimization"]["stage"] == 2 and config_2["checkpoint"] == {"load_universal": True}
-    assert config_2["gradient_accumulation_steps"] == 2 and config_2["train_micro_batch_size_per_gpu"] == 4
+    assert config_2["gradient_accumulation_steps"] == second.grad_accum
+    assert config_2["train_micro_batch_size_per_gpu"] == second.micro_batch
+    assert ("offload_optimizer" in config_2["zero_optimization"]) == second.offload_optimizer
 
-    reference = uninterrupted_deepspeed_losses(tmp_path, STEPS, 2, '{"zero_stage": 2, "micro_batch": 4}')
+    # ZeRO-2 without offload: moving the optimizer step to the host changes no number.
+    reference = uninterrupted_deepspeed_losses(
+        tmp_path, STEPS, 2, f'{{"zero_stage": 2, "micro_batch": {second.micro_batch}}}', case.batch
+    )
     for r in records:
         assert math.isclose(r["loss"], reference[r["step"]], rel_tol=TOLERANCE), (r, reference[r["step"]])
 

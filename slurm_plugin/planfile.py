@@ -116,7 +116,11 @@ def _write_plan(
     import json
 
     ensure_spool(spool)
-    with FileLock(str(path.with_name(f".{path.name}.lock")), timeout=LOCK_TIMEOUT_S):
+    lock = path.with_name(f".{path.name}.lock")
+    with FileLock(str(lock), timeout=LOCK_TIMEOUT_S):
+        for stale in path.parent.glob(f".{path.name}.*"):  # a writer killed before its rename
+            if stale != lock:
+                stale.unlink(missing_ok=True)
         if version is None:
             version = _current_version(path) + 1
         document = plan_document(job_id, version, assignment)

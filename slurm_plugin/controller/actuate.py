@@ -26,7 +26,7 @@ from slurm_plugin import planfile
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.faults import crash_point
 from slurm_plugin.controller.layout import TaskLayout, layout_problem
-from slurm_plugin.controller.observe import Observation
+from slurm_plugin.controller.observe import IN_FLUX_STATES, Observation
 from slurm_plugin.controller.rounddiff import (
     Action,
     Kind,
@@ -146,6 +146,90 @@ class Actuator:
         self._start(obs, starts, round_id, result)
         self._hold(holds, round_id, result)
         return result
+
+    # -- completing a round a dead controller left half-applied ------------------------
+
+    def resume_round(self, round_id: int, since: float) -> bool:
+        """Bring Slurm to where the dead controller's round ``round_id`` (begun at ``since``)
+        can be completed by a diff; ``True`` when Slurm changed (observe again).
+
+        * Jobs of the round's unfinished actions still in flux (``COMPLETING``, ``REQUEUED``:
+          the requeuehold was sent, their run is ending) are waited for, at most
+          ``stop_timeout_s``: an observation skips them, so the diff would not start them.
+        * A job the round was stopping that exited after writing its checkpoint marker for
+          the round's signal (as ``mosaic-run`` does), before the dead controller's
+          requeuehold, is requeued held now: else it would stay ``COMPLETED``, its training
+          unfinished, and be lost. One that ended without such a marker finished on its own
+          and is left alone, as :meth:`_stop` does.
+        """
+        rows = [row for row in self.store.actions(round_id) if row[4] == "planned"]
+        planned = {row[2] for row in rows}
+        stopping = {row[2] for row in rows if row[3] == Kind.STOP}
+        if not planned:
+            return False
+        states = self._states()
+        in_flux = [j for j in planned if j in states and states[j].state in IN_FLUX_STATES]
+        if in_flux:
+            log.info("round %d: waiting for jobs %s to leave their nodes", round_id, sorted(in_flux))
+            waiting, deadline = in_flux, self.clock() + self.config.stop_timeout_s
+            while waiting and self.clock() < deadline:
+                self.sleep(0.1)
+                states = self._states()
+                waiting = [j for j in waiting if j in states and states[j].state in IN_FLUX_STATES]
+            seen = self.clock()
+            for job_id in in_flux:
+                self._stopped_at[job_id] = seen  # its run ended: no release in that second
+        ended = [
+            j
+            for j in sorted(stopping)
+            if j in states
+            and not states[j].is_pending
+            and not states[j].holds_resources
+            and states[j].state not in IN_FLUX_STATES
+            and self._checkpointed_since(j, since, states[j].user_id)
+        ]
+        for job_id in ended:
+            try:
+                self.client.requeue_hold([job_id])
+            except SlurmError as e:
+                log.error(
+                    "round %d: job %s checkpointed and ended; requeuehold failed: %s", round_id, job_id, e
+                )
+                continue
+            log.warning(
+                "round %d: job %s exited after its checkpoint before the requeuehold; requeued held",
+                round_id,
+                job_id,
+            )
+            self._stopped_at[job_id] = self.clock()
+        return bool(in_flux or ended)
+
+    def settle_leftovers(self, obs: Observation, actions: Sequence[Action], round_id: int) -> int:
+        """Record the actions the dead controller logged 'planned' in ``round_id`` that the
+        diff of the round against Slurm now (``actions``) no longer needs; returns how many
+        are done.
+
+        The diff asks for no action on a job Slurm shows as the round wants it: the dead
+        controller applied it (a stop whose job is requeued, a start whose job runs as
+        planned, a hold whose job is held); such an action is 'done'. A job no longer
+        pending or running (it ended) has it 'skipped'. A stopped job's AdminComment gets
+        its stop line, as :meth:`_stop` writes it, so that it names the store's last action.
+        """
+        again = {a.request_id for a in actions}
+        done = 0
+        for request, _, job_id, kind, status, detail, _ in list(self.store.actions(round_id)):
+            if status != "planned" or request in again:
+                continue
+            sj = obs.managed.get(job_id)
+            if sj is not None:
+                if kind == Kind.STOP and sj.held:
+                    self._audit(Action(Kind.STOP, job_id, request, detail), round_id, f"{detail}: stopped")
+                outcome, why = "done", f"{detail} (applied before a controller restart)"
+                done += 1
+            else:
+                outcome, why = "skipped", f"{detail} (the job ended before the round was completed)"
+            self.store.log_action(request, round_id, job_id, kind, outcome, why, self.clock())
+        return done
 
     def settle(self, timeout_s: float = START_SETTLE_S) -> list[str]:
         """Wait until Slurm started (or dropped) the jobs the last apply released, at most

@@ -232,13 +232,18 @@ class Controller:
             # A crash left this round half-applied: finish it against what Slurm shows now,
             # then plan afresh from the state it leads to.
             log.warning("completing round %d, left half-applied", unfinished.round_id)
-            actions = diff(obs, _assignments(unfinished.plan), unfinished.round_id)
             self._round_in_progress = unfinished.round_id
+            if self.actuator.resume_round(unfinished.round_id, unfinished.time_s):
+                obs = self.observe()
+            actions = diff(obs, _assignments(unfinished.plan), unfinished.round_id)
+            applied = self.actuator.settle_leftovers(obs, actions, unfinished.round_id)
             result = self.actuator.apply(obs, actions, unfinished.round_id)
             crash_point("round.applied")
-            self.store.finish_round(unfinished.round_id, result.count)
+            self.store.finish_round(unfinished.round_id, applied + result.count)
             crash_point("round.finished")
             completed = unfinished.round_id
+            # As before any round: the jobs just released must not be planned as pending again.
+            self.actuator.settle()
             obs = self.observe()
         report = TickReport(now, ok=True, completed_round=completed, jobs=len(obs.managed))
         if obs.running and not obs.nodes:

@@ -14,8 +14,10 @@ to ``--jobs`` (replacing the completed and the cancelled).
 The controller runs in its own process (spawned, nothing else in it): each tick's wall time
 and that process's resident memory (``VmRSS``) after the tick are sampled; a least-squares
 slope of RSS per (controller) hour is reported, over all ticks and over the second half.
-At the end every submitted job is accounted for from ``squeue`` and ``sacct``: finished
-(``COMPLETED``), cancelled by the churn, or still queued/running; anything else is lost.
+At the end every submitted job is accounted for from ``squeue``, ``sacct`` and the last state
+``squeue`` showed during the run (a held job cancelled never reaches accounting; squeue lists
+an ended job for ``MinJobAge``, 600 s, longer than a tick): finished (``COMPLETED``),
+cancelled by the churn, or still queued/running; anything else (failed, missing) is lost.
 
     .venv/bin/python -m benchmarks.day_of_load --jobs 10000 --hours 1 --tick-s 60
     # benchmarks/results/day_of_load.json and day_of_load.png (matplotlib: the 'plots' extra)
@@ -153,6 +155,10 @@ class Load:
         self.run_s = run_s
         self.submitted: list[str] = []
         self.cancelled: set[str] = set()
+        # The last state squeue showed for each job: a job that ends stays listed for
+        # MinJobAge (600 s), longer than a tick, while sacct never hears of a job cancelled
+        # before it was ever eligible (held), so this is how such a job's end is known.
+        self.last_seen: dict[str, str] = {}
         self._next = 0
 
     def submit(self, count: int) -> None:
@@ -181,7 +187,9 @@ class Load:
     def queue(self) -> dict[str, str]:
         """Every job squeue still lists, by id: its state (%T)."""
         out = run(["squeue", "-h", "-t", "all", "-o", "%i %T"], env=self.cluster.env, timeout_s=120).stdout
-        return dict(line.split(None, 1) for line in out.splitlines() if line.strip())
+        states = dict(line.split(None, 1) for line in out.splitlines() if line.strip())
+        self.last_seen.update(states)
+        return states
 
     def cancel(self, queue: dict[str, str], count: int) -> int:
         pending = sorted((j for j, s in queue.items() if s == "PENDING"), key=int)
@@ -217,7 +225,7 @@ class Load:
         counts = {"finished": 0, "cancelled_by_churn": 0, "queued": 0, "running": 0}
         lost: dict[str, str] = {}
         for job_id in self.submitted:
-            state = queue.get(job_id) or sacct.get(job_id) or "MISSING"
+            state = queue.get(job_id) or sacct.get(job_id) or self.last_seen.get(job_id) or "MISSING"
             if state == "PENDING":
                 counts["queued"] += 1
             elif state in LIVE_STATES:

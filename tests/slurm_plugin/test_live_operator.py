@@ -238,10 +238,8 @@ def test_the_controller_runs_as_an_operator_and_without_the_admin_level_touches_
     # A spool the account may not write is refused up front, naming it, the account and the fix.
     root_spool = work_dir / "root-spool"
     root_spool.mkdir(mode=0o755)
-    refused = as_user(
-        operator, [str(MOSAIC), "controller", "--once", "--config", str(toml), "--spool", str(root_spool)], live,
-        check=False,
-    )  # fmt: skip
+    command = [str(MOSAIC), "controller", "--once", "--config", str(toml), "--spool", str(root_spool)]
+    refused = as_user(operator, command, live, check=False)
     assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr
     assert f"{root_spool}: the spool directory is not writable by {OPERATOR}" in refused.stderr
     assert f"install -d -o {OPERATOR}" in refused.stderr and not list(root_spool.iterdir())

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from profiles.observed import ObservedPoint, Shape
 from slurm_plugin.controller.faults import crash_point
 
 SCHEMA_VERSION = 1
+_IDS_PER_QUERY = 500  # job ids bound in one SELECT (SQLite allows 32,766 variables; older builds 999)
 """The store's schema version (``PRAGMA user_version``). A store written before versions
 were recorded reads 0 and is version 1 when its tables are Mosaic's."""
 
@@ -254,17 +255,32 @@ class Store:
         row = self.db.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         return None if row is None else _job_record(row)
 
-    def jobs(self) -> dict[str, JobRecord]:
-        """Every job's record. A row unchanged since the last call keeps its decoded record:
-        the controller reads every job each tick and most rows have not changed."""
+    def jobs(self, ids: Iterable[str] | None = None) -> dict[str, JobRecord]:
+        """The records of the jobs ``ids`` that the store has (every job's when ``None``).
+
+        The controller asks each tick for the jobs Slurm lists now, not for the whole history
+        (which grows by every job ever seen: reading and caching it cost seconds and hundreds
+        of MB at 100,000 rows). A row unchanged since the last call keeps its decoded record:
+        most rows have not changed since the last tick.
+        """
         seen, self._seen = self._seen, {}
         out = {}
-        for row in self.db.execute("SELECT * FROM jobs"):
+        for row in self._job_rows(ids):
             known = seen.get(row[0])
             record = known[1] if known is not None and known[0] == row else _job_record(row)
             self._seen[row[0]] = (row, record)
             out[row[0]] = record
         return out
+
+    def _job_rows(self, ids: Iterable[str] | None) -> Iterator[tuple[Any, ...]]:
+        if ids is None:
+            yield from self.db.execute("SELECT * FROM jobs")
+            return
+        wanted = list(dict.fromkeys(ids))
+        for k in range(0, len(wanted), _IDS_PER_QUERY):
+            chunk = wanted[k : k + _IDS_PER_QUERY]
+            marks = ",".join("?" * len(chunk))
+            yield from self.db.execute(f"SELECT * FROM jobs WHERE job_id IN ({marks})", chunk)
 
     def add_job(self, job_id: str, num_gpus: int, meta: Mapping[str, Any], now: float) -> None:
         """Record a job on first sight (its original GPU request); later calls keep the first."""

@@ -102,7 +102,8 @@ class Observer:
         nodes = self.client.nodes()
         partitions = set(self.config.partitions)
         managed = [sj for sj in jobs if sj.partition in partitions]
-        records = self.store.jobs()
+        ids = [sj.id for sj in managed]
+        records = self.store.jobs(ids)
         new = [
             (sj.id, job_gpus(sj), first_sight_meta(sj))
             for sj in managed
@@ -110,7 +111,7 @@ class Observer:
         ]
         if new:
             self.store.add_jobs(new, now)
-            records = self.store.jobs()
+            records = self.store.jobs(ids)
         records = self._account(managed, records, now)
         plans = {
             sj.id: planfile.current_exec_plan(self.config.spool_dir, sj.id)

@@ -100,3 +100,16 @@ def test_a_policy_state_write_keeps_the_decoded_meta_and_stays_exact(tmp_path):
     now = store.jobs()["1"]
     assert (now.attained_gpu_s, now.policy_state, now.meta) == (5.0, {"queue": 3}, before.meta)
     assert now == Store(tmp_path / "s.db").jobs()["1"]  # what a fresh read decodes
+
+
+def test_jobs_by_id_read_only_those_rows_and_forget_the_others(tmp_path):
+    # The controller asks for the jobs Slurm lists now: the history of every job ever seen
+    # must not be read (or kept decoded) each tick.
+    store = Store(tmp_path / "s.db")
+    store.add_jobs([(str(k), 1, {"model": "m"}) for k in range(1200)], 10.0)  # more than one query
+    wanted = [str(k) for k in range(0, 1200, 2)] + ["absent", "0"]
+    got = store.jobs(wanted)
+    assert sorted(got, key=int) == [str(k) for k in range(0, 1200, 2)]
+    assert got["600"].meta == {"model": "m"} and store.jobs(["600"])["600"] is got["600"]
+    assert len(store._seen) == 1  # only what the last call read stays decoded
+    assert len(store.jobs()) == 1200 and store.jobs([]) == {}

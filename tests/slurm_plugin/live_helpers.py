@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import pwd
+import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from planner.config import build_scheduler, preset
 from slurm_plugin import planfile
@@ -100,3 +105,21 @@ def wait_started(config: ControllerConfig, job_id: str, runs: int = 1) -> dict[s
     records = wait_for(f"job {job_id} run {runs} started", lambda: len(starts(config, job_id)) >= runs)
     assert records
     return starts(config, job_id)[runs - 1]
+
+
+def system_user(name: str, own_group: bool = False) -> pwd.struct_passwd:
+    """A non-root system account the live tests act as (created when absent; needs root);
+    ``own_group``: with a group of its own name."""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        pass
+    if shutil.which("useradd") is None:
+        pytest.skip(f"no useradd to create the account {name}")
+    group = ["--user-group"] if own_group else []
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", *group, "--shell", "/usr/sbin/nologin", name],
+        check=True,
+        capture_output=True,
+    )
+    return pwd.getpwnam(name)

@@ -38,7 +38,15 @@ from slurm_plugin.controller.actuate import Actuator, access_denied, explain
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.slurm.runner import SlurmCommandError, run
 from slurm_plugin.testcluster.lifecycle import Cluster
-from tests.slurm_plugin.live_helpers import config_for, jobs, wait_for, wait_started, wait_state, write_script
+from tests.slurm_plugin.live_helpers import (
+    config_for,
+    jobs,
+    system_user,
+    wait_for,
+    wait_started,
+    wait_state,
+    write_script,
+)
 from tests.slurm_plugin.test_live_status_owner import job_user
 
 OPERATOR = "mosaic"
@@ -110,18 +118,8 @@ def test_a_spool_that_cannot_be_made_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def operator_user() -> pwd.struct_passwd:
-    """The controller's account (created when absent; needs root)."""
-    try:
-        return pwd.getpwnam(OPERATOR)
-    except KeyError:
-        pass
-    if shutil.which("useradd") is None:
-        pytest.skip("no useradd to create the operator account")
-    subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", OPERATOR],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return pwd.getpwnam(OPERATOR)
+    """The controller's account."""
+    return system_user(OPERATOR, own_group=True)
 
 
 def as_user(

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import pwd
-import shutil
 import stat
 import subprocess
 import time
@@ -35,7 +34,7 @@ from slurm_plugin.directives import encode_comment
 from slurm_plugin.slurm.backend import CliSlurm
 from slurm_plugin.store import Store
 from slurm_plugin.testcluster.lifecycle import Cluster
-from tests.slurm_plugin.live_helpers import config_for, jobs, wait_state
+from tests.slurm_plugin.live_helpers import config_for, jobs, system_user, wait_state
 from wrapper import status
 
 JOB_USER = "mosaic-job"
@@ -44,18 +43,8 @@ SCHEDULER = preset("fifo")
 
 
 def job_user() -> pwd.struct_passwd:
-    """The non-root user the live tests submit jobs as (created when absent; needs root)."""
-    try:
-        return pwd.getpwnam(JOB_USER)
-    except KeyError:
-        pass
-    if shutil.which("useradd") is None:
-        pytest.skip("no useradd to create a non-root job user")
-    subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", JOB_USER],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return pwd.getpwnam(JOB_USER)
+    """The non-root user the live tests submit jobs as."""
+    return system_user(JOB_USER)
 
 
 @pytest.fixture

@@ -64,6 +64,10 @@ def main() -> None:
     parser.add_argument("--preset", default="tiresias")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="day_of_load", help="result name under benchmarks/results/")
+    parser.add_argument("--diagnose", action="store_true",
+                        help="also sample the controller's Python heap (tracemalloc), glibc's "
+                             "malloc state and smaps each tick; diff the heap from an early tick "
+                             "to the last")  # fmt: skip
     args = parser.parse_args()
     if args.jobs < 1 or args.hours <= 0 or not 1 <= args.tick_s <= 3600 or args.cancels < 0:
         parser.error("--jobs >= 1, --hours > 0, --tick-s in [1, 3600], --cancels >= 0")
@@ -90,9 +94,15 @@ def _rss_mb() -> float:
     return float("nan")
 
 
-def controller_worker(conn: Connection, conf: str, spool: str, preset_name: str, tick_s: float) -> None:
+def controller_worker(
+    conn: Connection, conf: str, spool: str, preset_name: str, tick_s: float, diagnose: bool = False
+) -> None:
     """Runs in the spawned child: one tick per message, as ``mosaic controller`` builds it."""
     import resource
+
+    from benchmarks import memory_probe
+
+    probe = memory_probe.Probe() if diagnose else None
 
     from planner.config import build_scheduler, preset
     from slurm_plugin.controller.actuate import Actuator
@@ -122,13 +132,18 @@ def controller_worker(conn: Connection, conf: str, spool: str, preset_name: str,
         k = conn.recv()
         if k is None:
             break
+        if k == "heap-diff":
+            conn.send(probe.diff() if probe is not None else {})
+            continue
         virtual["now"] = start + k * tick_s
         t0 = time.perf_counter()
         report = controller.tick()
         total_s = time.perf_counter() - t0
         failed = report.result.failed if report.result is not None else []
+        memory = probe.sample(k) if probe is not None else {}
         conn.send(
             {
+                **memory,
                 "tick": k,
                 "total_s": round(total_s, 3),
                 "plan_s": round(report.decision_time_s or 0.0, 4),
@@ -257,7 +272,7 @@ def bench(cluster: lifecycle.Cluster, root: Path, args: argparse.Namespace) -> d
     parent, child = ctx.Pipe()
     worker = ctx.Process(
         target=controller_worker,
-        args=(child, str(cluster.layout.conf), str(root / "spool"), args.preset, args.tick_s),
+        args=(child, str(cluster.layout.conf), str(root / "spool"), args.preset, args.tick_s, args.diagnose),
         daemon=True,
     )
     worker.start()
@@ -283,6 +298,7 @@ def bench(cluster: lifecycle.Cluster, root: Path, args: argparse.Namespace) -> d
             queue = load.queue()
             live = [s for s in queue.values() if s in LIVE_STATES]
             tick["queued"] = sum(s == "PENDING" for s in live)
+            tick["listed"] = len(queue)  # live + ended jobs squeue still shows (MinJobAge)
             tick["running"] = len(live) - tick["queued"]
             tick["cancelled"] = load.cancel(queue, args.cancels)
             arrivals = max(0, args.jobs - (len(live) - tick["cancelled"]))
@@ -294,6 +310,10 @@ def bench(cluster: lifecycle.Cluster, root: Path, args: argparse.Namespace) -> d
             time.sleep(max(0.0, args.pace_s - (time.perf_counter() - cycle)))
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        heap_diff = None
+        if args.diagnose and worker.is_alive():
+            parent.send("heap-diff")
+            heap_diff = parent.recv()
         parent.send(None)
         worker.join(60)
     wall_s = time.perf_counter() - started
@@ -304,6 +324,8 @@ def bench(cluster: lifecycle.Cluster, root: Path, args: argparse.Namespace) -> d
     result = summarize(args, ticks, fates, len(ticks), submit_s, wall_s, rss_start, cluster)
     result["ticks_planned"] = n_ticks
     result["stopped_early"] = stop["why"] or None
+    if heap_diff is not None:
+        result["diagnosis"] = heap_diff
     return result
 
 
@@ -330,6 +352,10 @@ def summarize(
     rss = [t["rss_mb"] for t in ticks]
     times = [t["total_s"] for t in ticks]
     half = len(ticks) // 2
+    # squeue lists an ended job for MinJobAge seconds of real time: until the run's wall time
+    # passes it, every tick lists more ended jobs than the last (and the controller parses them).
+    min_job_age_s = _min_job_age_s(cluster)
+    filled = next((i for i, t in enumerate(ticks) if t["wall_s"] >= min_job_age_s), len(ticks))
 
     def _round(x: float | None, digits: int = 3) -> float | None:
         return None if x is None else round(x, digits)
@@ -340,6 +366,7 @@ def summarize(
             f"{args.tick_s:g} --cancels {args.cancels} --run-s {args.run_s[0]:g} {args.run_s[1]:g} "
             f"--pace-s {args.pace_s:g} --preset {args.preset} --seed {args.seed}"
             + (f" --max-wall-s {args.max_wall_s:g}" if args.max_wall_s is not None else "")
+            + (" --diagnose" if args.diagnose else "")
         ),
         "cluster": "test cluster homogeneous + accounting: 4 nodes x 4 GPUs, 16 CPUs, 64 GB",
         "slurm": run(["squeue", "--version"], env=cluster.env).stdout.strip(),
@@ -365,8 +392,24 @@ def summarize(
         "rss_mb_max": max(rss),
         "rss_slope_mb_per_hour": _round(slope(hours, rss)),
         "rss_slope_mb_per_hour_second_half": _round(slope(hours[half:], rss[half:])),
+        "slurm_min_job_age_s": min_job_age_s,
+        "window_filled_at_tick": ticks[filled]["tick"] if filled < len(ticks) else None,
+        "listed_first": ticks[0].get("listed"),
+        "listed_at_window": ticks[filled].get("listed") if filled < len(ticks) else None,
+        "listed_last": ticks[-1].get("listed"),
+        "rss_slope_mb_per_hour_after_window": _round(slope(hours[filled:], rss[filled:])),
+        "rss_mb_at_window": rss[filled] if filled < len(ticks) else None,
         "per_tick": ticks,
     }
+
+
+def _min_job_age_s(cluster: lifecycle.Cluster) -> float:
+    """Slurm's ``MinJobAge`` (how long squeue keeps listing an ended job), from the running config."""
+    for line in run(["scontrol", "show", "config"], env=cluster.env).stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "MinJobAge":
+            return float(value.split()[0])
+    raise SystemExit("scontrol show config printed no MinJobAge")
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -395,8 +438,25 @@ def plot(result: dict[str, Any], path: Path) -> None:
     if s is not None:
         mx, my = statistics.fmean(hours), statistics.fmean(rss)
         bottom.plot(hours, [my + s * (h - mx) for h in hours], "--", color="k", lw=0.8,
-                    label=f"least squares: {s:+.2f} MB/h")  # fmt: skip
-        bottom.legend(loc="lower right")
+                    label=f"least squares, all ticks: {s:+.2f} MB/h")  # fmt: skip
+    after = result.get("rss_slope_mb_per_hour_after_window")
+    filled = result.get("window_filled_at_tick")
+    if filled is not None:
+        at = filled * result["tick_s"] / 3600
+        bottom.axvline(at, color="grey", lw=0.8, ls=":")
+        steady = [(h, r) for h, r in zip(hours, rss, strict=True) if h >= at]
+        if after is not None and len(steady) > 1:
+            mx = statistics.fmean(h for h, _ in steady)
+            my = statistics.fmean(r for _, r in steady)
+            label = f"after squeue's MinJobAge window filled: {after:+.2f} MB/h"
+            fit = [my + after * (h - mx) for h, _ in steady]
+            bottom.plot([h for h, _ in steady], fit, "-", color="tab:green", lw=1.2, label=label)
+    if "listed" in ticks[0]:
+        rows = bottom.twinx()
+        rows.plot(hours, [t["listed"] for t in ticks], lw=0.8, color="tab:blue", alpha=0.6)
+        rows.set_ylabel("jobs squeue lists (live + ended)", color="tab:blue")
+        rows.set_ylim(bottom=0)
+    bottom.legend(loc="lower right", fontsize=8)
     bottom.set_ylabel("controller RSS (MB)")
     bottom.set_xlabel("controller time (h): each tick stands for tick_s")
     bottom.set_ylim(bottom=0, top=max(rss) * 1.15)

@@ -30,9 +30,9 @@ from profiles.observed import ObservedPoint, Shape
 from slurm_plugin.controller.faults import crash_point
 
 SCHEMA_VERSION = 1
-_IDS_PER_QUERY = 500  # job ids bound in one SELECT (SQLite allows 32,766 variables; older builds 999)
 """The store's schema version (``PRAGMA user_version``). A store written before versions
 were recorded reads 0 and is version 1 when its tables are Mosaic's."""
+_IDS_PER_QUERY = 500  # job ids bound in one SELECT (SQLite allows 32,766 variables; older builds 999)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (

@@ -26,7 +26,10 @@ def test_tune_gives_the_image_job_the_cpus_its_measured_profile_pays_for(
     slurm_cluster_of: Callable[[str], Cluster], tmp_path: Path
 ) -> None:
     cluster = slurm_cluster_of("cpu-scarce")
-    s = Settings(steps=30, run_s=2.0, heartbeat_s=0.4, round_s=2.0, timeout_s=120.0)
+    # 120 steps run ~5 s of heartbeats: the controller (a round every 2 s) reads a rated
+    # heartbeat in two or three rounds. With 30 steps (~1.2 s) one round at most fell in that
+    # window, and on a loaded machine none did: the controller observed nothing.
+    s = Settings(steps=120, run_s=2.0, heartbeat_s=0.4, round_s=2.0, timeout_s=120.0)
     # The image job's loader fills its prefetch queue first: a window of 2 s measures that
     # more than the decode rate, so its runs are measured a little longer.
     windows = {"image-cnn": replace(s, run_s=6.0), "text-transformer": s}

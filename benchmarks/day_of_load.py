@@ -338,6 +338,20 @@ def slope(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
 
 
+def median_slope(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Theil-Sen slope: the median of the slopes between every two points (``None`` with fewer
+    than two distinct xs). A tick whose RSS spikes for a moment (glibc serves a large block,
+    such as one squeue output, with mmap and returns it after) moves it far less than it
+    moves least squares."""
+    pairs = [
+        (ys[j] - ys[i]) / (xs[j] - xs[i])
+        for i in range(len(xs))
+        for j in range(i + 1, len(xs))
+        if xs[j] != xs[i]
+    ]
+    return statistics.median(pairs) if pairs else None
+
+
 def summarize(
     args: argparse.Namespace,
     ticks: list[dict[str, Any]],
@@ -398,9 +412,24 @@ def summarize(
         "listed_at_window": ticks[filled].get("listed") if filled < len(ticks) else None,
         "listed_last": ticks[-1].get("listed"),
         "rss_slope_mb_per_hour_after_window": _round(slope(hours[filled:], rss[filled:])),
+        "rss_median_slope_mb_per_hour_after_window": _round(median_slope(hours[filled:], rss[filled:])),
         "rss_mb_at_window": rss[filled] if filled < len(ticks) else None,
+        "rss_mb_median_last_hour": _median_last(hours, rss, 1.0),
+        "rss_mb_median_hour_before": _median_last(hours, rss, 2.0, 1.0),
         "per_tick": ticks,
     }
+
+
+def _median_last(
+    hours: Sequence[float], values: Sequence[float], span_h: float, skip_h: float = 0.0
+) -> float | None:
+    """The median of ``values`` over the ticks from ``span_h`` to ``skip_h`` controller hours
+    before the last (``None`` when the run is shorter than ``span_h``)."""
+    if not hours or hours[-1] - hours[0] < span_h:
+        return None
+    end = hours[-1]
+    window = [v for h, v in zip(hours, values, strict=True) if end - span_h < h <= end - skip_h]
+    return round(statistics.median(window), 2) if window else None
 
 
 def _min_job_age_s(cluster: lifecycle.Cluster) -> float:
@@ -449,6 +478,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
             mx = statistics.fmean(h for h, _ in steady)
             my = statistics.fmean(r for _, r in steady)
             label = f"after squeue's MinJobAge window filled: {after:+.2f} MB/h"
+            robust = result.get("rss_median_slope_mb_per_hour_after_window")
+            if robust is not None:
+                label += f" (Theil-Sen {robust:+.2f})"
             fit = [my + after * (h - mx) for h, _ in steady]
             bottom.plot([h for h, _ in steady], fit, "-", color="tab:green", lw=1.2, label=label)
     if "listed" in ticks[0]:

@@ -38,6 +38,8 @@ from planner.stages import ORDERINGS
 from profiles.plan_pricing import builtin_pricer
 
 DEFAULT_STARVATION_S = 3600.0
+SLOPE_DIGITS = 9
+"""Decimal places the ordering compares slopes (normalised throughput per GPU or CPU, ~0-2) to."""
 # ``policy_state`` key: the job was privileged (within its tenant's quota) when last planned.
 PRIVILEGED = "privileged"
 
@@ -162,7 +164,12 @@ class RubickOrdering:
             curve = curves[job.id]
             if curve is None:
                 return (-neutral_slope(job), 0.0, arrival_key(job))
-            return (-curve.gpu_slope(job.num_gpus), -curve.cpu_slope(job.num_gpus), arrival_key(job))
+            # Rounded: two jobs of one model and count have the same slope, but reached by
+            # different paths (one's reference is its running plan's) it can differ in the last
+            # bit, by a margin that depends on the CPU's floating-point kernels; arrival decides.
+            gpu = round(curve.gpu_slope(job.num_gpus), SLOPE_DIGITS)
+            cpu = round(curve.cpu_slope(job.num_gpus), SLOPE_DIGITS)
+            return (-gpu, -cpu, arrival_key(job))
 
         rest = sorted((j for j in snapshot.jobs if j.id not in early), key=slope_key)
         return with_privilege(first + starving + rest, chosen)

@@ -38,6 +38,8 @@ from planner.registry import StageContext
 from planner.stages import PLACEMENTS, Draft
 
 _OPEN = 1 << 30  # holder rank of a GPU no running job is waiting to keep
+_Candidate = tuple[tuple[int, int, int, int], list[tuple[int, int]]]
+"""A node's best ``g`` GPUs to displace running jobs from: (sort key, board coordinates)."""
 
 
 class _Board:
@@ -75,6 +77,11 @@ class _Board:
         self.unvisited: dict[str, tuple[list[tuple[int, int]], int]] | None = None
         self.kept_early: list[list[tuple[int, int]]] = []
         self.type_of = [n.gpu_type for n in nodes]
+        # Per node, a count bumped whenever one of its GPUs is taken or changes holder, and
+        # the displacement candidates found at that count, {g: (key, coords)} (see
+        # single_node): between two searches only the nodes a visit touched are searched again.
+        self.stamp = [0] * len(nodes)
+        self.candidates: list[tuple[int, dict[int, _Candidate]] | None] = [None] * len(nodes)
 
     def materialize(self) -> None:
         """Write the deferred reservations: the per-GPU state a search reads becomes what
@@ -83,11 +90,12 @@ class _Board:
         if unvisited is None:
             return
         self.unvisited = None
-        taken, n_open = self.taken, self.n_open
+        taken, n_open, stamp = self.taken, self.n_open, self.stamp
         for coords in self.kept_early:  # reserved then kept: taken, not open
             for i, k in coords:
                 taken[i][k] = True
                 n_open[i] -= 1
+                stamp[i] += 1
         self.kept_early = []
         for coords, rank in unvisited.values():
             self.reserve(coords, rank)
@@ -95,9 +103,10 @@ class _Board:
     def keep_early(self, coords: list[tuple[int, int]]) -> None:
         """:meth:`keep` while reservations are deferred: the free counts now, the GPUs later."""
         self.version += 1
-        n_free, by_type, type_of = self.n_free, self.free_by_type, self.type_of
+        n_free, by_type, type_of, stamp = self.n_free, self.free_by_type, self.type_of, self.stamp
         for i, _ in coords:
             n_free[i] -= 1
+            stamp[i] += 1
             by_type[type_of[i]] -= 1
         self.kept_early.append(coords)
 
@@ -113,14 +122,18 @@ class _Board:
         return coords
 
     def reserve(self, coords: list[tuple[int, int]], rank: int) -> None:
+        stamp = self.stamp
         for i, k in coords:
+            stamp[i] += 1
             if self.reserved[i][k] == 0:
                 self.n_open[i] -= 1
             self.reserved[i][k] += 1
             self.holder[i][k] = min(self.holder[i][k], rank)
 
     def release(self, coords: list[tuple[int, int]]) -> None:
+        stamp = self.stamp
         for i, k in coords:
+            stamp[i] += 1
             self.reserved[i][k] -= 1
             if self.reserved[i][k] == 0:
                 self.holder[i][k] = _OPEN
@@ -129,7 +142,9 @@ class _Board:
 
     def claim(self, coords: list[tuple[int, int]]) -> tuple[GpuSlot, ...]:
         self.version += 1
+        stamp = self.stamp
         for i, k in coords:
+            stamp[i] += 1
             self.taken[i][k] = True
             self.n_free[i] -= 1
             self.free_by_type[self.nodes[i].gpu_type] -= 1
@@ -140,8 +155,9 @@ class _Board:
     def keep(self, coords: list[tuple[int, int]]) -> None:
         """A visited running job takes back the GPUs it reserved (release + claim in one)."""
         self.version += 1
-        by_type = self.free_by_type
+        by_type, stamp = self.free_by_type, self.stamp
         for i, k in coords:
+            stamp[i] += 1
             self.reserved[i][k] -= 1
             if self.reserved[i][k] == 0:
                 self.holder[i][k] = _OPEN
@@ -150,7 +166,11 @@ class _Board:
             by_type[self.nodes[i].gpu_type] -= 1
 
     def all_free(self, coords: list[tuple[int, int]]) -> bool:
-        return not any(self.taken[i][k] for i, k in coords)
+        taken = self.taken
+        for i, k in coords:  # noqa: SIM110 - a loop, not all(): called for every running job every round
+            if taken[i][k]:
+                return False
+        return True
 
     def pick(self, i: int, count: int) -> list[tuple[int, int]]:
         """``count`` free GPUs of node i: unreserved first, then the lowest-priority holders'."""
@@ -181,15 +201,24 @@ class _Board:
                 best = (self.n_open[i], i)
         if best is not None:
             return self.pick(best[1], g)
-        # Displace running jobs: the lowest-priority ones, as few as possible, best fit.
-        fallback: tuple[tuple[int, int, int, int], list[tuple[int, int]]] | None = None
+        # Displace running jobs: the lowest-priority ones, as few as possible, best fit. A
+        # node's candidate depends only on its GPUs' taken flags and holders (and g): it is
+        # reused until one of them changes.
+        fallback: _Candidate | None = None
+        n_free, stamp, cache = self.n_free, self.stamp, self.candidates
         for i in group:
-            if self.n_free[i] >= g:
-                coords = self.pick(i, g)
-                ranks = self.victims(coords)
-                key = (-ranks[0] if ranks else -_OPEN, len(ranks), self.n_free[i], i)
-                if fallback is None or key < fallback[0]:
-                    fallback = (key, coords)
+            if n_free[i] >= g:
+                entry = cache[i]
+                if entry is None or entry[0] != stamp[i]:
+                    entry = cache[i] = (stamp[i], {})
+                found = entry[1].get(g)
+                if found is None:
+                    coords = self.pick(i, g)
+                    ranks = self.victims(coords)
+                    key = (-ranks[0] if ranks else -_OPEN, len(ranks), n_free[i], i)
+                    found = entry[1][g] = (key, coords)
+                if fallback is None or found[0] < fallback[0]:
+                    fallback = found
         return None if fallback is None else fallback[1]
 
     def spanning(self, group: list[int], g: int) -> tuple[tuple[int, int, int], list[tuple[int, int]]] | None:
@@ -315,6 +344,15 @@ class ConsolidatedPlacement:
             if blocked:
                 outcomes[job.id] = Outcome.BLOCKED
                 continue
+            if board.failed_version == board.version:
+                # _find's first answer, inline: at twice a cluster's capacity most of the
+                # walk is pending jobs whose demand already failed since a GPU was last taken.
+                known = board.failed.get((job.num_gpus, job.accepted_types))
+                if known is not None:
+                    outcomes[job.id] = known
+                    if not self.backfill and known is not Outcome.INFEASIBLE:
+                        blocked = True
+                    continue
             outcome, slots = self._find(board, job)
             outcomes[job.id] = outcome
             if slots is not None:
@@ -387,7 +425,10 @@ class ConsolidatedPlacement:
             # Consolidation: a job that some eligible node could hold is only ever placed on
             # one node, even when the nodes that could hold it are busy right now; the full
             # search below finds nothing exactly when no such node has g free GPUs.
-            if not any(board.fits_one_node(t, g) for t in candidates):
+            for t in candidates:
+                if board.fits_one_node(t, g):
+                    break
+            else:
                 return Outcome.NO_CONSOLIDATED_SLOT, None
             group = [i for t in candidates for i in board.groups[t]]
             coords = board.single_node(group, g)

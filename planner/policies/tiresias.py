@@ -34,7 +34,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import pairwise
 from operator import itemgetter
 from typing import Any, ClassVar, Self
@@ -63,7 +63,7 @@ class Tiresias:
     thresholds_gpu_s: tuple[float, ...] = DEFAULT_THRESHOLDS_GPU_S
     promote_knob: float = DEFAULT_PROMOTE_KNOB
     preemptive_by_default: ClassVar[bool] = True
-    # job id -> (the Job object, sort key, the job with its state, waiting since, promotion
+    # job id -> (the Job object, (sort key, the job with its state), waiting since, promotion
     # wait): a pending job's entry holds until its wait reaches the promotion wait.
     _memo: dict[str, _Memo] = field(default_factory=dict, init=False, repr=False, compare=False)
     # job id -> (its policy state object, submission time, sort key, demotion threshold) of
@@ -122,9 +122,9 @@ class Tiresias:
         thresholds = self.thresholds_gpu_s
         for job in snapshot.jobs:
             entry = memo.get(job.id)
-            if entry is not None and entry[0] is job and not now - entry[3] >= entry[4]:
+            if entry is not None and entry[0] is job and not now - entry[2] >= entry[3]:
                 seen[job.id] = entry
-                keyed.append((entry[1], entry[2]))
+                keyed.append(entry[1])
                 continue
             state = job.policy_state
             run = running_memo.get(job.id)
@@ -143,7 +143,7 @@ class Tiresias:
             queue, since = self.transition(job, now)
             updated = job
             if state is None or state.get("q") != queue or state.get("since") != since:
-                updated = replace(job, policy_state={"q": queue, "since": since})
+                updated = job.with_policy_state({"q": queue, "since": since})
             key = (queue, since, arrival_key(job))
             keyed.append((key, updated))
             if updated is job and not job.is_running and self._has_state(job):
@@ -152,7 +152,7 @@ class Tiresias:
                 waiting, limit = job.waiting_since(), math.inf
                 if queue > 0 and self.promote_knob > 0 and job.attained_gpu_s > 0:
                     limit = self.promote_knob * (job.attained_gpu_s / job.num_gpus)
-                seen[job.id] = (job, key, updated, waiting, limit)
+                seen[job.id] = (job, (key, updated), waiting, limit)
             elif updated is job and job.is_running and self._has_state(job):
                 # Demoted once its service reaches its queue's upper threshold (never from
                 # the last queue).
@@ -167,5 +167,5 @@ class Tiresias:
 
 
 _Key = tuple[int, float, tuple[float, tuple[int, int, str]]]
-_Memo = tuple[Job, _Key, Job, float, float]
+_Memo = tuple[Job, tuple[_Key, Job], float, float]
 _RunningMemo = tuple[Mapping[str, Any] | None, float, _Key, float]

@@ -1,7 +1,9 @@
+from dataclasses import replace
+
 import pytest
 
 from planner.errors import InputError
-from planner.model import Assignment, demand_problem
+from planner.model import Assignment, Job, JobState, demand_problem
 from tests.builders import make_job
 
 
@@ -84,3 +86,13 @@ def test_an_inconsistent_demand_cannot_be_built(fields, message):
         fields.get("gpu_types", ()),
     )
     assert demand_problem(4, *args)[0] == key
+
+
+def test_with_policy_state_equals_replace_and_leaves_the_job_alone() -> None:
+    a = Assignment((("n0", 0), ("n0", 1)), 8, 64.0, {"dp": 2})
+    job = Job("7", 2, "bert", 3.0, state=JobState.RUNNING, attained_gpu_s=10.0, assignment=a,
+              min_gpus=1, max_gpus=4, gpu_types=("a100", "v100"), policy_state={"q": 0})  # fmt: skip
+    moved = job.with_policy_state({"q": 1, "since": 5.0})
+    assert moved == replace(job, policy_state={"q": 1, "since": 5.0})
+    assert moved.assignment is a and job.policy_state == {"q": 0}
+    assert job.with_policy_state(None).policy_state is None

@@ -66,7 +66,8 @@ def main() -> None:
     parser.add_argument("--out", default="day_of_load", help="result name under benchmarks/results/")
     parser.add_argument("--diagnose", action="store_true",
                         help="also sample the controller's Python heap (tracemalloc), glibc's "
-                             "malloc state and smaps each tick; diff the heap from an early tick "
+                             "malloc state and smaps each tick; diff the heap from the tick "
+                             "squeue's MinJobAge window filled (an early one if it never does) "
                              "to the last")  # fmt: skip
     args = parser.parse_args()
     if args.jobs < 1 or args.hours <= 0 or not 1 <= args.tick_s <= 3600 or args.cancels < 0:
@@ -134,6 +135,10 @@ def controller_worker(
             break
         if k == "heap-diff":
             conn.send(probe.diff() if probe is not None else {})
+            continue
+        if k == "heap-baseline":
+            if probe is not None:
+                probe.baseline()
             continue
         virtual["now"] = start + k * tick_s
         t0 = time.perf_counter()
@@ -277,6 +282,10 @@ def bench(cluster: lifecycle.Cluster, root: Path, args: argparse.Namespace) -> d
     )
     worker.start()
     rss_start = parent.recv()["rss_mb"]
+    # The heap diff starts once squeue's MinJobAge window has filled (before, every tick lists
+    # more ended jobs than the last, and their records are what grows).
+    min_job_age_s = _min_job_age_s(cluster)
+    baseline_sent = False
     ticks: list[dict[str, Any]] = []
     started = time.perf_counter()
     stop = {"why": ""}
@@ -306,6 +315,9 @@ def bench(cluster: lifecycle.Cluster, root: Path, args: argparse.Namespace) -> d
             tick["arrived"] = arrivals
             tick["wall_s"] = round(time.perf_counter() - started, 1)
             ticks.append(tick)
+            if args.diagnose and not baseline_sent and tick["wall_s"] >= min_job_age_s:
+                parent.send("heap-baseline")
+                baseline_sent = True
             print(json.dumps(tick), flush=True)
             time.sleep(max(0.0, args.pace_s - (time.perf_counter() - cycle)))
     finally:

@@ -74,6 +74,7 @@ class Probe:
         self._baseline: tracemalloc.Snapshot | None = None
         self._baseline_tick: int | None = None
         self._last_tick: int | None = None
+        self._baseline_fixed = False  # set by baseline(): the early tick's snapshot is not taken
 
     def sample(self, tick: int) -> dict[str, Any]:
         current, peak = tracemalloc.get_traced_memory()
@@ -89,11 +90,18 @@ class Probe:
             info = self._libc.mallinfo2()
             for field in ("arena", "hblkhd", "uordblks", "fordblks"):
                 row[f"malloc_{field}_mb"] = round(getattr(info, field) / 2**20, 2)
-        if tick == BASELINE_TICK:
+        if tick == BASELINE_TICK and not self._baseline_fixed:
             self._baseline = tracemalloc.take_snapshot()
             self._baseline_tick = tick
         self._last_tick = tick
         return row
+
+    def baseline(self) -> None:
+        """The heap diff starts from now (after the last sampled tick), not from
+        :data:`BASELINE_TICK`: e.g. once the process's working set has stopped growing."""
+        self._baseline = tracemalloc.take_snapshot()
+        self._baseline_tick = self._last_tick
+        self._baseline_fixed = True
 
     def diff(self) -> dict[str, Any]:
         """The Python heap's growth from the baseline tick to now, by allocating traceback."""

@@ -48,3 +48,15 @@ def test_the_heap_diff_names_the_line_that_keeps_memory(probe):
 def test_no_diff_before_the_baseline_tick(probe):
     probe.sample(1)
     assert "note" in probe.diff()
+
+
+def test_a_baseline_set_later_leaves_out_what_grew_before_it(probe):
+    for tick in range(1, memory_probe.BASELINE_TICK + 3):
+        probe.sample(tick)
+    _leak(3000)  # grows before the baseline: not in the diff
+    probe.baseline()
+    probe.sample(memory_probe.BASELINE_TICK + 3)
+    diff = probe.diff()
+    assert diff["from_tick"] == memory_probe.BASELINE_TICK + 2
+    assert diff["py_heap_growth_kb"] < 1000
+    assert all(t["size_diff_kb"] < 1000 for t in diff["top_growth"])

@@ -133,6 +133,8 @@ class Actuator:
         self._stopped_at = {j: t for j, t in self._stopped_at.items() if t > now - 10.0}
         requeued = {(j, sj.submit_time) for j, sj in obs.managed.items() if sj.restarts and sj.is_pending}
         self._requeue_seen = {k: self._requeue_seen.get(k, now) for k in requeued}
+        # A refused job that left Slurm (cancelled, purged) never starts again: forget it.
+        self._refused = {j: why for j, why in self._refused.items() if j in obs.managed}
         for a in actions:
             self.store.log_action(a.request_id, round_id, a.job_id, a.kind, "planned", a.reason, self.clock())
         crash_point("actions.logged")

@@ -251,6 +251,11 @@ def test_a_start_slurm_will_never_run_is_held_again_reported_and_not_retried(set
     calls = len(slurm.calls)
     again = actuator.apply(obs, [replace(start, request_id="r2-start-2")], 2)
     assert again.failed[0][1].startswith("Slurm refused this start before") and len(slurm.calls) == calls
+    # Once the job has left Slurm (cancelled by its user) the refusal is forgotten: a daemon
+    # that runs for months keeps nothing per job it no longer sees.
+    gone = build_observation(clock(), [j for j in slurm.jobs() if j.id != "2"], slurm.nodes(), {}, config)
+    actuator.apply(gone, [], 3)
+    assert "2" not in actuator._refused
 
 
 def test_restart_rate_limit_keeps_a_job_running(setup):

@@ -364,6 +364,30 @@ def test_replanning_an_applied_plan_changes_nothing(snapshot, name):
     assert second.preempted == second.migrated == second.started == second.reshaped == ()
 
 
+@pytest.mark.xfail(strict=True, reason="open: without the type search a round leaves a placeable job waiting")
+def test_replanning_the_no_types_ablation_changes_nothing():
+    # Found by hypothesis (a random draw, not among the ci profile's examples). The 12 A100s
+    # go to eleven 1-2 GPU jobs; job 11 (elastic 2-8 GPUs, accepts A100/V100/A10) waits in
+    # the first round although n2's 4 V100s are free, and the replanned round places it there.
+    nodes = (
+        Node("n0", 1, "a100", 4, 16.0), Node("n1", 8, "a100", 32, 128.0), Node("n2", 4, "v100", 16, 64.0),
+        Node("n3", 1, "a100", 4, 16.0), Node("n4", 1, "a100", 4, 16.0), Node("n5", 1, "a100", 4, 16.0),
+    )  # fmt: skip
+    small = [
+        Job(str(k), 1, "fake", 0.0, remaining_s=600.0, batch_size=64, gpu_type="a100") for k in range(11)
+    ]
+    small[9] = replace(small[9], num_gpus=2, min_gpus=2, max_gpus=2)
+    elastic = Job("11", 4, "resnet50", 0.0, remaining_s=600.0, batch_size=64, gpu_type="a100",
+                  min_gpus=2, max_gpus=8, gpu_types=("a100", "v100", "a10"))  # fmt: skip
+    running = Job("12", 1, "fake", 0.0, state=JobState.RUNNING, remaining_s=600.0, batch_size=64,
+                  gpu_type="a100", assignment=Assignment((("n0", 0),), 1, 1.0))  # fmt: skip
+    snapshot = Snapshot(100.0, nodes, (*small, elastic, running))
+    sched = SCHEDULERS["no-types"]
+    first = plan_round(snapshot, sched)
+    second = plan_round(_applied(snapshot, first), sched)
+    assert second.assignments == first.assignments
+
+
 @settings(max_examples=150, deadline=None)
 @given(snapshots())
 def test_depth_zero_touches_no_running_job(snapshot):

@@ -364,11 +364,12 @@ def test_replanning_an_applied_plan_changes_nothing(snapshot, name):
     assert second.preempted == second.migrated == second.started == second.reshaped == ()
 
 
-@pytest.mark.xfail(strict=True, reason="open: without the type search a round leaves a placeable job waiting")
 def test_replanning_the_no_types_ablation_changes_nothing():
     # Found by hypothesis (a random draw, not among the ci profile's examples). The 12 A100s
-    # go to eleven 1-2 GPU jobs; job 11 (elastic 2-8 GPUs, accepts A100/V100/A10) waits in
-    # the first round although n2's 4 V100s are free, and the replanned round places it there.
+    # go to eleven 1-2 GPU jobs; job 11 (elastic 2-8 GPUs, accepts A100/V100/A10, not priced)
+    # waited in the first round although n2's 4 V100s were free: the backfill's walk placed
+    # job 12 (widened to any type, left waiting by the A100-only search) on one of them first,
+    # then dropped it; the replanned round placed job 11 there.
     nodes = (
         Node("n0", 1, "a100", 4, 16.0), Node("n1", 8, "a100", 32, 128.0), Node("n2", 4, "v100", 16, 64.0),
         Node("n3", 1, "a100", 4, 16.0), Node("n4", 1, "a100", 4, 16.0), Node("n5", 1, "a100", 4, 16.0),

@@ -343,8 +343,12 @@ class CriusAllocation:
             else replace(j, state=JobState.PENDING, assignment=None)
             for j in snapshot.jobs
         }
+        # Waiting jobs this stage decided to leave waiting are not in the walk: they would take
+        # GPUs here that the round does not give them (a widened job fits types its search may
+        # not use), and a job that fits there would wait a round for nothing.
+        candidates = {j.id for j in rigid}
         order = [jobs[j.id] for j in ordered if j.id in current] + [
-            jobs[j.id] for j in ordered if j.id not in current
+            jobs[j.id] for j in ordered if j.id in candidates
         ]
         placed = _PLACEMENT.place(replace(snapshot, jobs=tuple(jobs.values())), order).assignments
         out: dict[str, Assignment] = {}

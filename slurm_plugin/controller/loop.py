@@ -22,6 +22,7 @@ from slurm_plugin.controller import metrics
 from slurm_plugin.controller.actuate import Actuator, ApplyResult
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.faults import crash_point
+from slurm_plugin.controller.memory import release_free_memory
 from slurm_plugin.controller.observe import (
     IN_FLUX_STATES,
     OUTSIDE_PREFIX,
@@ -210,6 +211,7 @@ class Controller:
             report = TickReport(now, ok=False, round_id=self._in_progress(), error=str(e))
         self._log_tick(now, report.ok, report.round_id, report.error, time.perf_counter() - started)
         self._write_metrics(report)
+        release_free_memory()  # the tick's parse buffers, so a daemon's RSS tracks what it holds
         return report
 
     def _log_tick(self, *row: Any) -> None:

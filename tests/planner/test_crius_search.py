@@ -389,6 +389,36 @@ def test_replanning_the_no_types_ablation_changes_nothing():
     assert second.assignments == first.assignments
 
 
+@pytest.mark.xfail(strict=True, reason="open: the deadline preset moves a job in the round after")
+def test_replanning_the_deadline_preset_changes_nothing():
+    # Found by hypothesis (a random draw, not among the ci profile's examples). Job 0 (1 GPU,
+    # widened to 1-2 of any type) takes n0 + n5 (A100) in the first round and rigid job 2
+    # (2 A100, submitted later) waits; re-planning the applied plan moves job 0 to the A10s
+    # and starts job 2 there: the first round did not find the move the second one makes.
+    nodes = (
+        Node("n0", 1, "a100", 4, 16.0), Node("n1", 1, "a100", 4, 16.0), Node("n2", 8, "a10", 32, 128.0),
+        Node("n3", 1, "a100", 4, 16.0), Node("n4", 1, "a100", 4, 16.0), Node("n5", 1, "a100", 4, 16.0),
+    )  # fmt: skip
+
+    def job(k: int, gpus: int, submit: float, gpu_type: str = "a100", rigid: bool = False, **kw) -> Job:
+        bounds = {"min_gpus": gpus, "max_gpus": gpus} if rigid else {}
+        return Job(str(k), gpus, "fake", submit, remaining_s=600.0, batch_size=64, gpu_type=gpu_type,
+                   **bounds, **kw)  # fmt: skip
+
+    four = Assignment(tuple(("n2", g) for g in range(4)), 1, 1.0)
+    jobs = (
+        job(0, 1, 0.0), job(1, 4, 0.0), job(2, 2, 1.0, rigid=True),
+        job(3, 4, 2.0, state=JobState.RUNNING, assignment=four),
+        job(4, 1, 1.0, "a10", rigid=True), job(5, 1, 0.0, rigid=True), job(6, 2, 0.0, rigid=True),
+        job(7, 1, 0.0),
+    )  # fmt: skip
+    snapshot = Snapshot(100.0, nodes, jobs)
+    sched = SCHEDULERS["ddl"]
+    first = plan_round(snapshot, sched)
+    second = plan_round(_applied(snapshot, first), sched)
+    assert second.assignments == first.assignments
+
+
 @settings(max_examples=150, deadline=None)
 @given(snapshots())
 def test_depth_zero_touches_no_running_job(snapshot):

@@ -9,7 +9,7 @@ nothing is free, so the controller shrinks the DeepSpeed job on its node to 2 GP
 best plan there, and places the guaranteed job on the 2 GPUs it gave up:
 
 * ``accumulation``: ``bert``, global batch 16: ZeRO-2 micro-batch 4 on 4 GPUs -> ZeRO-2
-  micro-batch 4 x accumulation 2 on 2 GPUs;
+  micro-batch 4 x accumulation 2 on 2 GPUs (or micro-batch 8, which the model prices the same);
 * ``offload``: ``llama7``, global batch 8: ZeRO-2 micro-batch 2 on 4 GPUs -> ZeRO-Offload
   micro-batch 4 on 2 GPUs (ZeRO-2 at that micro-batch does not fit 2 GPUs' memory).
 
@@ -63,10 +63,13 @@ class Case:
     plans: str
     first: tuple[int, int, bool, int, int]
     second: tuple[int, int, bool, int, int]
+    tied: tuple[int, int, bool, int, int] | None = None  # a plan the model prices the same as second
 
 
 CASES = {
-    # bert at 16: ZeRO-2 at 2 GPUs with the micro-batch kept and 2 accumulation steps.
+    # bert at 16: ZeRO-2 at 2 GPUs with the micro-batch kept and 2 accumulation steps, or
+    # micro-batch 8 without accumulation: the fitted model prices the two the same (iteration
+    # times equal to 1e-11), so which one wins depends on the CPU's floating-point rounding.
     "accumulation": Case(
         "bert",
         16,
@@ -74,6 +77,7 @@ CASES = {
         '[{"zero_stage": 2}]',
         (4, 2, False, 4, 1),
         (2, 2, False, 4, 2),
+        (2, 2, False, 8, 1),
     ),
     # llama7 at 8: ZeRO-2 with micro-batch 4 does not fit 2 GPUs' memory; ZeRO-Offload does.
     "offload": Case(
@@ -160,7 +164,7 @@ def test_the_controller_shrinks_a_running_deepspeed_job_for_a_guaranteed_job_wit
         explain(),
     )
     second = plan_from_mapping(plan())
-    assert _shape(second) == case.second, second
+    assert _shape(second) in {case.second, case.tied}, second
     assert second.global_batch == first.global_batch == case.batch
     sj = jobs(config)
     assert len(set(sj[job].nodes)) == 1 and set(sj[guest].nodes) == set(sj[job].nodes), (sj[guest], sj[job])

@@ -169,6 +169,11 @@ def operator_cluster() -> Iterator[Cluster]:
     why = why_no_slurm()
     if why:
         pytest.skip(why)
+    # The accounts exist before slurmctld loads the operator's user record: it resolves the
+    # name to a uid then, and a record of a name without an account keeps no uid, so the
+    # AdminLevel shows in `scontrol show assoc_mgr` but grants nothing (a fresh machine's CI).
+    operator_user()
+    job_user()
     changed: list[tuple[Path, int]] = []
     for directory in [REPO, *REPO.parents, *Path(os.path.realpath(sys.executable)).parents]:
         mode = stat.S_IMODE(directory.stat().st_mode)

@@ -94,10 +94,17 @@ def _run(live, config, common, job_id, work, out, spool, capsys):
         return sj is None or sj.state in ended
 
     wait_for("the resized job to end" + _explain(config, job_id, out), finished, 300)
-    state = subprocess.run(
-        ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"],
-        env={**os.environ, **live.env}, capture_output=True, text=True,
-    ).stdout.split()  # fmt: skip
+
+    def accounted() -> list[str]:
+        return subprocess.run(
+            ["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"],
+            env={**os.environ, **live.env}, capture_output=True, text=True,
+        ).stdout.split()  # fmt: skip
+
+    # slurmctld sends the job's end to slurmdbd on its own time: on a loaded machine sacct
+    # still said RUNNING when squeue already showed COMPLETED.
+    wait_for("sacct to record the end", lambda: bool(accounted()) and accounted()[-1] in ended, 60)
+    state = accounted()
     assert state and state[-1] == "COMPLETED", f"{state}{_explain(config, job_id, out)}"
 
     records = losses(log)

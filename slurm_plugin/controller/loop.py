@@ -176,6 +176,7 @@ class Controller:
         clock: Callable[[], float] = time.time,
         actuator: Actuator | None = None,
         refiner: Refiner | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.store = store
         self.refiner = refiner  # None: plan with ``scheduler``'s profiles as they are
@@ -183,7 +184,7 @@ class Controller:
         self.scheduler = scheduler
         self.clock = clock
         self.observer = Observer(client, store, config, clock)
-        self.actuator = actuator or Actuator(client, store, config, clock=clock)
+        self.actuator = actuator or Actuator(client, store, config, clock=clock, sleep=sleep)
         self._round_in_progress: int | None = None
 
     def observe(self) -> Observation:

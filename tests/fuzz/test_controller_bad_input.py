@@ -24,7 +24,7 @@ from slurm_plugin.store import Store
 from tests.fuzz.conftest import TRIED
 from tests.fuzz.mutate import NASTY_VALUES, mutated
 from tests.fuzz.targets import TARGETS
-from tests.slurm_plugin.test_controller_loop import FakeSlurm
+from tests.slurm_plugin.test_controller_loop import FakeSlurm, no_wait
 
 BAD_COMMENTS = [
     "mosaic:",
@@ -54,7 +54,7 @@ def _tick(comment: str, spool: Path) -> tuple[FakeSlurm, object]:
     slurm = FakeSlurm()
     slurm._jobs = [replace(j, comment=comment) if j.id in {"2", "3"} else j for j in slurm._jobs]
     store = Store(config.store_path)
-    report = Controller(slurm, store, config, build_scheduler(preset("fifo"))).tick()
+    report = Controller(slurm, store, config, build_scheduler(preset("fifo")), sleep=no_wait).tick()
     return slurm, report
 
 

@@ -88,8 +88,13 @@ def setup(tmp_path):
     return config, slurm, store
 
 
+def no_wait(seconds: float) -> None:
+    """The actuator's waits (the credential's second, its polls) take a unit test no wall time;
+    the tests of those waits step a :class:`SteppedClock` instead."""
+
+
 def _controller(config, slurm, store, name="las"):
-    return Controller(slurm, store, config, build_scheduler(preset(name)))
+    return Controller(slurm, store, config, build_scheduler(preset(name)), sleep=no_wait)
 
 
 def test_slurm_unreachable_means_no_action_and_no_round(setup):

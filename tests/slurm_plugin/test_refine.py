@@ -29,7 +29,7 @@ from slurm_plugin.controller.refine import (
 from slurm_plugin.directives import encode_comment
 from slurm_plugin.slurm.parse import SlurmJob, parse_sinfo_json, parse_squeue_json
 from slurm_plugin.store import Store
-from tests.slurm_plugin.test_controller_loop import FakeSlurm
+from tests.slurm_plugin.test_controller_loop import FakeSlurm, SteppedClock
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 T0 = 1_795_300_000.0
@@ -102,7 +102,8 @@ def _controller(
     refiner = (
         Refiner(store, base, lambda p: build_scheduler(SCHEDULER, p), config.spool_dir) if refine else None
     )
-    return Controller(slurm, store, config, scheduler, clock=lambda: T0 + 200, refiner=refiner)
+    clock = SteppedClock(T0 + 200)
+    return Controller(slurm, store, config, scheduler, clock=clock, refiner=refiner, sleep=clock.sleep)
 
 
 @pytest.fixture

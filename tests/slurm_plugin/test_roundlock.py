@@ -17,7 +17,7 @@ from slurm_plugin.controller.loop import Controller
 from slurm_plugin.controller.resize import ResizeError, apply_resize
 from slurm_plugin.controller.roundlock import LOCK_NAME, RoundBusy, round_lock
 from slurm_plugin.store import Store
-from tests.slurm_plugin.test_controller_loop import FakeSlurm
+from tests.slurm_plugin.test_controller_loop import FakeSlurm, no_wait
 
 HOLDER = """
 import sys, time
@@ -74,12 +74,12 @@ def test_a_tick_during_another_round_acts_on_nothing_and_says_why(
 ):
     config, slurm, store = world
     monkeypatch.setattr(loop, "TICK_LOCK_WAIT_S", 0.2)
-    report = Controller(slurm, store, config, build_scheduler(preset("fifo"))).tick()
+    report = Controller(slurm, store, config, build_scheduler(preset("fifo")), sleep=no_wait).tick()
     assert not report.ok and "mosaic resize" in (report.error or "")
     assert slurm.calls == [] and store.rounds() == [] and store.tick_counts() == (1, 1)
     other_process_holds_the_lock.kill()
     other_process_holds_the_lock.wait()
-    assert Controller(slurm, store, config, build_scheduler(preset("fifo"))).tick().ok
+    assert Controller(slurm, store, config, build_scheduler(preset("fifo")), sleep=no_wait).tick().ok
 
 
 def test_a_resize_during_a_tick_touches_no_job(world, other_process_holds_the_lock, monkeypatch):

@@ -25,13 +25,13 @@ from slurm_plugin.cli.main import main
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.loop import Controller
 from slurm_plugin.store import SCHEMA_VERSION, Store, StoreError
-from tests.slurm_plugin.test_controller_loop import FakeSlurm
+from tests.slurm_plugin.test_controller_loop import FakeSlurm, no_wait
 
 CHANGES = {"update", "requeuehold", "hold", "release", "signal"}
 
 
 def _controller(config: ControllerConfig, slurm: FakeSlurm, store: Store) -> Controller:
-    return Controller(slurm, store, config, build_scheduler(preset("fifo")))
+    return Controller(slurm, store, config, build_scheduler(preset("fifo")), sleep=no_wait)
 
 
 def _changes(slurm: FakeSlurm) -> list[tuple[str, tuple[str, ...]]]:

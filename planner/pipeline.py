@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from planner.model import Assignment, Job, JobState, Outcome, RoundPlan, Snapshot
 from planner.stages import Demand, Draft, Migration, Ordering, Packing, Placement, Reconfiguration, Shaping
@@ -104,36 +105,45 @@ def finalize(
     preempted, migrated, started, reshaped = [], [], [], []
     reasons: dict[str, Outcome] = {}
     assignments, outcomes = draft.assignments, draft.outcomes
+    # One pass over the jobs (a simulation at twice a cluster's capacity finalizes thousands
+    # of waiting jobs every round): the order, the policy states and the reasons together.
+    order: list[str] = []
+    states: dict[str, Mapping[str, Any]] = {}
+    running = JobState.RUNNING
     for job in ordered:
-        new = assignments.get(job.id)
-        old = job.assignment if job.state is JobState.RUNNING else None
+        job_id = job.id
+        order.append(job_id)
+        if job.policy_state is not None:
+            states[job_id] = job.policy_state
+        new = assignments.get(job_id)
+        old = job.assignment if job.state is running else None
         if new is not None and new is old:  # kept as it is (the common case)
-            reasons[job.id] = Outcome.KEPT
+            reasons[job_id] = Outcome.KEPT
         elif new is None:
             if old is not None:
-                preempted.append(job.id)
-            reasons[job.id] = outcomes.get(job.id, Outcome.NO_CAPACITY)
+                preempted.append(job_id)
+            reasons[job_id] = outcomes.get(job_id, Outcome.NO_CAPACITY)
         elif old is None:
-            started.append(job.id)
-            reasons[job.id] = Outcome.PLACED
+            started.append(job_id)
+            reasons[job_id] = Outcome.PLACED
         elif new.gpus != old.gpus:
-            migrated.append(job.id)
-            reasons[job.id] = Outcome.MOVED
+            migrated.append(job_id)
+            reasons[job_id] = Outcome.MOVED
         else:
             if not new.same_resources(old):
-                reshaped.append(job.id)
-            reasons[job.id] = Outcome.KEPT
+                reshaped.append(job_id)
+            reasons[job_id] = Outcome.KEPT
     return RoundPlan(
         assignments=dict(draft.assignments),
         preempted=tuple(preempted),
         migrated=tuple(migrated),
         started=tuple(started),
         reshaped=tuple(reshaped),
-        order=tuple(j.id for j in ordered),
+        order=tuple(order),
         reasons=reasons,
         decision_time_s=decision_time_s,
         stage_times_s=stage_times_s or {},
-        policy_state={j.id: j.policy_state for j in ordered if j.policy_state is not None},
+        policy_state=states,
         gpu_type_of=_gpu_types(snapshot, draft.assignments),
     )
 

@@ -68,7 +68,10 @@ class _Board:
         # stays one; it is made exact when a job's count would pass it (see fits_one_node).
         self.max_free_bound = dict(self.largest_by_type)
         self.version = 0  # bumped whenever a GPU is taken: a failed search's answer holds until then
-        self.failed: dict[tuple[int, tuple[str, ...]], Outcome] = {}  # valid at failed_version
+        # Failed searches by the job's own demand fields (count, gpu_types, gpu_type: no
+        # property call in the walk; two spellings of one demand only search twice), valid at
+        # failed_version.
+        self.failed: dict[tuple[int, tuple[str, ...], str | None], Outcome] = {}
         self.failed_version = 0
         self.demands: dict[tuple[int, tuple[str, ...]], _Demand] = {}
         # Deferred reservations (see ConsolidatedPlacement.place): the running jobs not yet
@@ -187,20 +190,21 @@ class _Board:
         """True when some node of ``gpu_type`` has ``g`` free GPUs (reserved ones count)."""
         if self.max_free_bound[gpu_type] < g:
             return False
-        n_free = self.n_free
-        most = max(n_free[i] for i in self.groups[gpu_type])
+        most = max(map(self.n_free.__getitem__, self.groups[gpu_type]))
         self.max_free_bound[gpu_type] = most
         return most >= g
 
     # -- search ------------------------------------------------------------------------
     def single_node(self, group: list[int], g: int) -> list[tuple[int, int]] | None:
         self.materialize()
-        best: tuple[int, int] | None = None
-        for i in group:  # best fit among free, unreserved GPUs
-            if self.n_open[i] >= g and (best is None or self.n_open[i] < best[0]):
-                best = (self.n_open[i], i)
-        if best is not None:
-            return self.pick(best[1], g)
+        n_open = self.n_open
+        best, fewest = -1, 0
+        for i in group:  # best fit among free, unreserved GPUs (the first of the fewest)
+            o = n_open[i]
+            if o >= g and (best < 0 or o < fewest):
+                best, fewest = i, o
+        if best >= 0:
+            return self.pick(best, g)
         # Displace running jobs: the lowest-priority ones, as few as possible, best fit. A
         # node's candidate depends only on its GPUs' taken flags and holders (and g): it is
         # reused until one of them changes.
@@ -347,7 +351,7 @@ class ConsolidatedPlacement:
             if board.failed_version == board.version:
                 # _find's first answer, inline: at twice a cluster's capacity most of the
                 # walk is pending jobs whose demand already failed since a GPU was last taken.
-                known = board.failed.get((job.num_gpus, job.accepted_types))
+                known = board.failed.get((job.num_gpus, job.gpu_types, job.gpu_type))
                 if known is not None:
                     outcomes[job.id] = known
                     if not self.backfill and known is not Outcome.INFEASIBLE:
@@ -395,15 +399,16 @@ class ConsolidatedPlacement:
     @staticmethod
     def _find(board: _Board, job: Job) -> tuple[Outcome, tuple[GpuSlot, ...] | None]:
         g = job.num_gpus
-        key = (g, job.accepted_types)
+        asked = (g, job.gpu_types, job.gpu_type)
         # A failed search fails the same way for the same demand until a GPU is taken.
         if board.failed_version != board.version:
             board.failed.clear()
             board.failed_version = board.version
         else:
-            known = board.failed.get(key)
+            known = board.failed.get(asked)
             if known is not None:
                 return known, None
+        key = (g, job.accepted_types)
         demand = board.demands.get(key)
         if demand is None:
             demand = board.demands[key] = _Demand.of(board, g, key[1])
@@ -411,7 +416,7 @@ class ConsolidatedPlacement:
             return demand.outcome, None
         outcome, slots = ConsolidatedPlacement._search(board, g, demand)
         if slots is None:
-            board.failed[key] = outcome
+            board.failed[asked] = outcome
         return outcome, slots
 
     @staticmethod

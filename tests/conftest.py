@@ -17,13 +17,14 @@ from hypothesis import HealthCheck, settings
 
 from slurm_plugin.testcluster.lifecycle import Cluster
 
-# CI draws the same examples on every run (a red CI is then reproducible and never a coin
-# toss); the dev profile draws new ones each time, to keep exploring.
+# CI and --fast draw the same examples on every run (a red CI is then reproducible and never
+# a coin toss, and --fast takes the same time each run); the dev profile draws new ones each
+# time, to keep exploring.
 settings.register_profile(
     "ci", max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile("dev", max_examples=60, deadline=None)
-settings.register_profile("fast", max_examples=15, deadline=None)  # contrib/test.sh --fast
+settings.register_profile("fast", max_examples=15, deadline=None, derandomize=True)  # contrib/test.sh --fast
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 

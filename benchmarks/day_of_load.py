@@ -157,6 +157,7 @@ def controller_worker(
                 "actions": len(report.actions),
                 "failed": len(failed),
                 "rss_mb": round(_rss_mb(), 2),
+                "sqlite_mb": memory_probe.sqlite_mb(),
                 "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 2),
             }
         )
@@ -428,7 +429,25 @@ def summarize(
         "rss_mb_at_window": rss[filled] if filled < len(ticks) else None,
         "rss_mb_median_last_hour": _median_last(hours, rss, 1.0),
         "rss_mb_median_hour_before": _median_last(hours, rss, 2.0, 1.0),
+        **_sqlite_summary(hours, ticks, filled),
         "per_tick": ticks,
+    }
+
+
+def _sqlite_summary(hours: Sequence[float], ticks: list[dict[str, Any]], filled: int) -> dict[str, Any]:
+    """SQLite's memory at the first tick, when squeue's window filled and at the last, and the
+    RSS slope after the window without it (what the store's page cache does not explain)."""
+    if filled >= len(ticks) or any(t.get("sqlite_mb") is None for t in ticks):
+        return {}
+    sqlite = [float(t["sqlite_mb"]) for t in ticks]
+    own = median_slope(hours[filled:], sqlite[filled:])
+    rest = median_slope(hours[filled:], [t["rss_mb"] - t["sqlite_mb"] for t in ticks[filled:]])
+    return {
+        "sqlite_mb_first": sqlite[0],
+        "sqlite_mb_at_window": sqlite[filled],
+        "sqlite_mb_last": sqlite[-1],
+        "sqlite_median_slope_mb_per_hour_after_window": None if own is None else round(own, 3),
+        "rss_minus_sqlite_median_slope_mb_per_hour_after_window": None if rest is None else round(rest, 3),
     }
 
 

@@ -10,6 +10,9 @@ process. Each sample separates the three places a Python daemon's RSS can grow:
   fragmentation), ``hblkhd`` (large blocks in their own ``mmap``);
 * the kernel's view: ``/proc/self/smaps_rollup`` (``Rss``, ``Anonymous``).
 
+:func:`sqlite_mb` (SQLite's own allocations, part of glibc's in-use bytes) is cheap enough to
+sample every tick without ``--diagnose``.
+
 If RSS grows while the Python heap and ``uordblks`` stay flat, the growth is memory the
 allocator keeps free, not objects anybody holds.
 """
@@ -49,6 +52,33 @@ def _libc() -> Any:
     except (OSError, AttributeError):  # not glibc, or glibc older than 2.33
         return None
     return libc
+
+
+def _sqlite_memory_used() -> Any:
+    """SQLite's ``sqlite3_memory_used`` from the library Python's ``sqlite3`` module is linked
+    with (``None`` where it is not reachable, e.g. SQLite built into the module)."""
+    try:
+        import _sqlite3
+
+        lib = ctypes.CDLL(_sqlite3.__file__)
+        used = lib.sqlite3_memory_used
+    except (ImportError, OSError, AttributeError):
+        return None
+    used.restype = ctypes.c_int64
+    used.argtypes = []
+    return used
+
+
+_SQLITE_MEMORY_USED = _sqlite_memory_used()
+
+
+def sqlite_mb() -> float | None:
+    """Bytes SQLite holds now in this process (page caches, prepared statements, schema), MB:
+    one connection's page cache grows with the store up to ``cache_size`` (2 MB by default)."""
+    if _SQLITE_MEMORY_USED is None:
+        return None
+    used: int = _SQLITE_MEMORY_USED()
+    return round(used / 2**20, 3)
 
 
 def smaps_rollup_mb() -> dict[str, float]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.day_of_load import _median_last, median_slope, slope
+from benchmarks.day_of_load import _median_last, _sqlite_summary, median_slope, slope
 
 
 def test_median_slope_recovers_a_line() -> None:
@@ -33,3 +33,14 @@ def test_median_last_takes_the_span_before_the_end() -> None:
     assert _median_last(hours, values, 1.0) == 150.5  # ticks 121..180
     assert _median_last(hours, values, 2.0, 1.0) == 90.5  # ticks 61..120
     assert _median_last(hours[:30], values[:30], 1.0) is None
+
+
+def test_the_rss_the_store_page_cache_explains_is_taken_out_of_the_slope() -> None:
+    hours = [t / 60 for t in range(120)]
+    sqlite = [min(2.0, 0.5 + h) for h in hours]  # the page cache fills to its cap, then holds
+    ticks = [{"rss_mb": 180.0 + s, "sqlite_mb": s} for s in sqlite]
+    summary = _sqlite_summary(hours, ticks, 30)
+    assert summary["sqlite_mb_first"] == 0.5 and summary["sqlite_mb_last"] == 2.0
+    assert summary["rss_minus_sqlite_median_slope_mb_per_hour_after_window"] == 0.0
+    assert summary["sqlite_median_slope_mb_per_hour_after_window"] > 0
+    assert _sqlite_summary(hours, [{"rss_mb": 1.0, "sqlite_mb": None}] * 120, 30) == {}

@@ -113,3 +113,20 @@ def test_jobs_by_id_read_only_those_rows_and_forget_the_others(tmp_path):
     assert got["600"].meta == {"model": "m"} and store.jobs(["600"])["600"] is got["600"]
     assert len(store._seen) == 1  # only what the last call read stays decoded
     assert len(store.jobs()) == 1200 and store.jobs([]) == {}
+
+
+def test_reading_jobs_by_id_prepares_one_statement_whatever_the_count(tmp_path):
+    # The sqlite3 module caches 128 prepared statements per connection: one SQL text per
+    # count of ids asked for kept up to 128 statements of hundreds of variables (~10 MB)
+    # in the controller's memory.
+    from benchmarks.memory_probe import sqlite_mb
+
+    store = Store(tmp_path / "s.db")
+    store.add_jobs([(str(k), 1, {"model": "m"}) for k in range(500)], 10.0)
+    store.jobs([str(k) for k in range(500)])  # the pages and one statement, once
+    before = sqlite_mb()
+    for count in range(1, 500, 3):
+        assert len(store.jobs([str(k) for k in range(count)])) == count
+    after = sqlite_mb()
+    assert before is not None and after is not None
+    assert after - before < 1.0, (before, after)

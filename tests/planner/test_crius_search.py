@@ -389,19 +389,17 @@ def test_replanning_the_no_types_ablation_changes_nothing():
     assert second.assignments == first.assignments
 
 
-@pytest.mark.xfail(strict=True, reason="open: the search moves a job in the round after")
 @pytest.mark.parametrize("name", ["ddl", "depth3"])
 def test_replanning_after_a_later_decision_made_room_changes_nothing(name):
     # Found by hypothesis for the deadline preset (a random draw, not among the ci profile's
-    # examples); the plain depth-3 search does the same. Job 0 (1 GPU, widened to 1-2 of any
-    # type) takes n0 + n5 (A100) in the first round and rigid job 2 (2 A100, submitted later)
-    # waits: at its decision every GPU is held, the A10s by jobs 1 and 7 (earlier: movable) and
-    # job 3 (later: opportunistic, which the search only suspends to free GPUs for job 2
-    # itself, and job 2 needs A100s). Job 4's decision then suspends job 3, which comes back
-    # on two A10s and leaves one free; re-planning the applied plan uses it (shrink job 7, move
-    # job 0 to the A10s) and starts job 2. The decisions run once, in submission order; a
-    # second pass over the jobs still waiting would find it (open: it changes the Crius
-    # tables, which would have to be re-run).
+    # examples); the plain depth-3 search did the same. Job 0 (1 GPU, widened to 1-2 of any
+    # type) takes n0 + n5 (A100) and rigid job 2 (2 A100, submitted later) waits: at its
+    # decision every GPU is held, the A10s by jobs 1 and 7 (earlier: movable) and job 3
+    # (later: opportunistic, which the search only suspends to free GPUs for job 2 itself,
+    # and job 2 needs A100s). Job 4's decision then suspends job 3, which comes back on two
+    # A10s and leaves one free. A decision pass ran once, so re-planning the applied plan
+    # used that A10 (shrink job 7, move job 0 there) and started job 2; now the jobs left
+    # waiting are decided again in the same round once a later decision suspended a job.
     nodes = (
         Node("n0", 1, "a100", 4, 16.0), Node("n1", 1, "a100", 4, 16.0), Node("n2", 8, "a10", 32, 128.0),
         Node("n3", 1, "a100", 4, 16.0), Node("n4", 1, "a100", 4, 16.0), Node("n5", 1, "a100", 4, 16.0),
@@ -518,3 +516,39 @@ def test_a_shrunk_job_pays_its_restart():
     done_by_100 = 100 * s4
     assert one.restarts == 1
     assert one.finish_time_s == pytest.approx(100 + 30 + (3600 - done_by_100), rel=1e-9)
+
+
+@pytest.mark.xfail(strict=True, reason="open: the search finds in the round after what it missed")
+def test_replanning_after_an_eight_gpu_job_waited_changes_nothing():
+    # Found by hypothesis (5,000 random draws of test_replanning_an_applied_plan_changes_nothing,
+    # after the pass above was added; it fails without it too). Job 3 (8 GPUs, widened to 4-16)
+    # waits in the first round: when its turn comes one A100 (n2) is free, and the depth-3
+    # search from there (shrink, move, shrink: the branches kept are the cheapest step per
+    # type, priced without a restart for jobs placed this round) finds no fit. Re-planned,
+    # jobs 2, 9 and 10 run (a change costs them a restart) and n2 is taken by job 4: the same
+    # search shrinks job 10, moves job 2 to the V100s, shrinks job 9 and starts job 3, then
+    # jobs 7 and 8. The search's result depends on the state it starts from; a search that
+    # finds what the next round finds is open.
+    nodes = (
+        Node("n0", 8, "v100", 32, 128.0), Node("n1", 8, "a100", 32, 128.0),
+        Node("n2", 1, "a100", 4, 16.0), Node("n3", 2, "a100", 8, 32.0),
+    )  # fmt: skip
+
+    def job(k: int, gpus: int, submit: float, gpu_type: str = "a100", rigid: bool = False, **kw) -> Job:
+        bounds = {"min_gpus": gpus, "max_gpus": gpus} if rigid else {}
+        kw.setdefault("remaining_s", 600.0)
+        return Job(str(k), gpus, "fake", submit, batch_size=64, gpu_type=gpu_type, **bounds, **kw)
+
+    on_n1 = Assignment((("n1", 0), ("n1", 1)), 1, 1.0)
+    jobs = (
+        job(0, 2, 0.0, rigid=True, state=JobState.RUNNING, assignment=on_n1),
+        job(1, 2, 0.0, "v100", rigid=True), job(2, 1, 0.0), job(3, 8, 1.0), job(4, 1, 1.0),
+        job(5, 1, 0.0, state=JobState.RUNNING, assignment=Assignment((("n0", 0),), 1, 1.0)),
+        job(6, 1, 0.0), job(7, 1, 1.0), job(8, 1, 1.0), job(9, 2, 0.0, remaining_s=3600.0),
+        job(10, 2, 0.0), job(11, 1, 0.0, "v100", rigid=True),
+    )  # fmt: skip
+    snapshot = Snapshot(100.0, nodes, jobs)
+    sched = SCHEDULERS["ddl"]
+    first = plan_round(snapshot, sched)
+    second = plan_round(_applied(snapshot, first), sched)
+    assert second.assignments == first.assignments

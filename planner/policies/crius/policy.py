@@ -269,10 +269,39 @@ class CriusAllocation:
         pricing: Pricing,
         outcomes: dict[str, Outcome],
     ) -> bool:
-        """One decision per waiting job in submission order; True when a job still waits."""
-        blocked = False
+        """One decision per waiting job in submission order; True when a job still waits.
+
+        A decision after the first job left waiting may suspend an opportunistic job, which
+        then comes back on fewer GPUs or none and frees some: the jobs left waiting before
+        it are decided again, in order (a pass only follows one that suspended a job after
+        a wait, so each pass is cheap when nothing was freed). Without that, the next round
+        (re-planning this one applied) would place them where this one left them waiting.
+        """
         largest = {t: sum(snapshot.node(n).gpus for n in names) for t, names in world.by_type.items()}
-        for job in handled:
+        waiting: Sequence[Job] = handled
+        for _ in range(len(handled) + 1):  # each later pass follows one that suspended a job
+            blocked, freed = self._pass(waiting, jobs, world, pricing, outcomes, largest, handled)
+            waiting = [
+                j for j in handled if j.id not in world.held and outcomes.get(j.id) is Outcome.NO_CAPACITY
+            ]
+            if not (blocked and freed and waiting):
+                break
+        return blocked
+
+    def _pass(
+        self,
+        waiting: Sequence[Job],
+        jobs: Mapping[str, Job],
+        world: World,
+        pricing: Pricing,
+        outcomes: dict[str, Outcome],
+        largest: Mapping[str, int],
+        handled: Sequence[Job],
+    ) -> tuple[bool, bool]:
+        """One decision per job of ``waiting`` not held; (a job still waits, a decision
+        after the first wait suspended a job)."""
+        blocked = freed = False
+        for job in waiting:
             if job.id in world.held:
                 continue
             counts = pricing.counts_of(job)
@@ -313,7 +342,8 @@ class CriusAllocation:
             for c in found.changes:
                 if c.shape is None:
                     outcomes[c.job] = Outcome.NO_CAPACITY
-        return blocked
+                    freed = freed or blocked
+        return blocked, freed
 
     def _backfill(
         self,

@@ -514,6 +514,10 @@ def plot(result: dict[str, Any], path: Path) -> None:
                 label += f" (Theil-Sen {robust:+.2f})"
             fit = [my + after * (h - mx) for h, _ in steady]
             bottom.plot([h for h, _ in steady], fit, "-", color="tab:green", lw=1.2, label=label)
+    if all(t.get("sqlite_mb") is not None for t in ticks):
+        first, last = ticks[0]["sqlite_mb"], ticks[-1]["sqlite_mb"]
+        label = f"SQLite's own memory: {first:.1f} -> {last:.1f} MB"
+        bottom.plot(hours, [t["sqlite_mb"] for t in ticks], lw=1.0, color="tab:purple", label=label)
     if "listed" in ticks[0]:
         rows = bottom.twinx()
         rows.plot(hours, [t["listed"] for t in ticks], lw=0.8, color="tab:blue", alpha=0.6)

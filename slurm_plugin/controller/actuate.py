@@ -404,7 +404,12 @@ class Actuator:
             sj = states.get(a.job_id)
             if sj is None or sj.state not in {"PENDING", "COMPLETING"}:
                 if sj is not None and sj.state == "RUNNING" and _runs_as(sj, a.assignment):
-                    self._done(a, round_id, result, f"{a.reason} (already running as planned)")
+                    # Released earlier (e.g. by a controller that died before it saw the job
+                    # start) and started by Slurm since this round saw it pending: the store
+                    # records this start done, so the AdminComment names it too.
+                    detail = f"{a.reason} (already running as planned)"
+                    self._audit(a, round_id, detail)
+                    self._done(a, round_id, result, detail)
                 else:
                     self._skip(a, round_id, result, f"job is {sj.state if sj else 'gone'}, not pending")
                 continue

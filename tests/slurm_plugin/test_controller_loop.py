@@ -286,3 +286,21 @@ def test_controller_config_rejects_unknown_keys_and_bad_values():
         controller_config({"checkpoint_signal": "USR1;rm"})
     config = controller_config({"spool_dir": "/srv/m", "max_restarts_per_hour": 3}, round_s=30)
     assert config.spool_dir == Path("/srv/m") and config.round_s == 30.0 and config.max_restarts_per_hour == 3
+
+
+def test_a_start_slurm_ran_before_the_actuator_looked_is_done_and_named_in_the_admin_comment(setup):
+    # A job released earlier (e.g. by a controller that died before it saw the job start) that
+    # Slurm started after this round saw it pending: the store records the start as done, so
+    # the AdminComment must name it too (the audit trail names the store's last action).
+    config, slurm, store = setup
+    sj = next(j for j in slurm.jobs() if j.state == "RUNNING")
+    g = sj.gpus_held_per_node
+    mem_gb = (sj.memory_mb_per_node() or 0) * len(sj.nodes) / 1024
+    planned = Assignment(tuple((n, k) for n in sj.nodes for k in range(g)), sj.cpus, mem_gb)
+    obs = build_observation(2e9, slurm.jobs(), slurm.nodes(), {}, config)
+    start = Action(Kind.START, sj.id, f"r2-start-{sj.id}", "started", planned)
+    clock = SteppedClock(2e9)
+    result = Actuator(slurm, store, config, clock=clock, sleep=clock.sleep).apply(obs, [start], 2)
+    assert result.done == [f"r2-start-{sj.id}"], result
+    assert f"r2-start-{sj.id}" in slurm.fields[sj.id]["AdminComment"]
+    assert ("release", (sj.id,)) not in slurm.calls  # nothing was started again

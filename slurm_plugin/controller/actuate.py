@@ -445,7 +445,15 @@ class Actuator:
                 self.client.release([a.job_id])
                 crash_point("start.released")
             except (MosaicError, OSError) as e:
-                self._skip(a, round_id, result, f"start failed: {explain(e)}", failed=True)
+                # Released earlier, the job may have been started by Slurm between the look
+                # above and the update ("no longer pending"): as planned, that start is done.
+                now = self._states().get(a.job_id) if isinstance(e, SlurmError) else None
+                if now is not None and now.state == "RUNNING" and _runs_as(now, a.assignment):
+                    detail = f"{a.reason} (already running as planned)"
+                    self._audit(a, round_id, detail)
+                    self._done(a, round_id, result, detail)
+                else:
+                    self._skip(a, round_id, result, f"start failed: {explain(e)}", failed=True)
                 continue
             released[a.job_id] = (a, signature)
         self._verify_starts(released, round_id, result)

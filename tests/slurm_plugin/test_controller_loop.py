@@ -304,3 +304,30 @@ def test_a_start_slurm_ran_before_the_actuator_looked_is_done_and_named_in_the_a
     assert result.done == [f"r2-start-{sj.id}"], result
     assert f"r2-start-{sj.id}" in slurm.fields[sj.id]["AdminComment"]
     assert ("release", (sj.id,)) not in slurm.calls  # nothing was started again
+
+
+def test_a_start_slurm_runs_before_the_update_lands_is_done_and_named_in_the_admin_comment(setup):
+    # The job was pending when the actuator looked and Slurm started it (released earlier)
+    # before the update: scontrol refuses it ("no longer pending"); as planned, it is done.
+    config, slurm, store = setup
+    sj = next(j for j in slurm.jobs() if j.state == "PENDING")
+    planned = Assignment((("n1", 0),), 4, 8.0)
+    running = replace(
+        sj, state="RUNNING", priority=1, nodes=("n1",), num_nodes=1, gpus_per_node=1, shards_per_node=0,
+        cpus=4, mem_mb_per_node=8192, mem_mb_per_cpu=None,
+    )  # fmt: skip
+    update = slurm.update
+
+    def started_meanwhile(job_ids, fields):
+        if "StartTime" in fields:
+            slurm._jobs = [running if j.id == sj.id else j for j in slurm._jobs]
+            raise SlurmCommandError(["scontrol"], 1, "Job is no longer pending execution for job")
+        update(job_ids, fields)
+
+    slurm.update = started_meanwhile
+    obs = build_observation(2e9, slurm.jobs(), slurm.nodes(), {}, config)
+    start = Action(Kind.START, sj.id, f"r2-start-{sj.id}", "placed", planned)
+    clock = SteppedClock(2e9)
+    result = Actuator(slurm, store, config, clock=clock, sleep=clock.sleep).apply(obs, [start], 2)
+    assert result.done == [f"r2-start-{sj.id}"] and result.failed == [], result
+    assert f"r2-start-{sj.id}" in slurm.fields[sj.id]["AdminComment"]

@@ -257,6 +257,14 @@ class Actuator:
         )
         result.done.append(a.request_id)
 
+    def _already_running(self, a: Action, round_id: int, result: ApplyResult) -> None:
+        """A start Slurm made already, as planned (the job was released earlier, e.g. by a
+        controller that died before it saw the job start): done, and, as for every applied
+        start, the AdminComment names it."""
+        detail = f"{a.reason} (already running as planned)"
+        self._audit(a, round_id, detail)
+        self._done(a, round_id, result, detail)
+
     def _skip(self, a: Action, round_id: int, result: ApplyResult, why: str, failed: bool = False) -> None:
         status = "failed" if failed else "skipped"
         self.store.log_action(a.request_id, round_id, a.job_id, a.kind, status, why, self.clock())
@@ -404,12 +412,7 @@ class Actuator:
             sj = states.get(a.job_id)
             if sj is None or sj.state not in {"PENDING", "COMPLETING"}:
                 if sj is not None and sj.state == "RUNNING" and _runs_as(sj, a.assignment):
-                    # Released earlier (e.g. by a controller that died before it saw the job
-                    # start) and started by Slurm since this round saw it pending: the store
-                    # records this start done, so the AdminComment names it too.
-                    detail = f"{a.reason} (already running as planned)"
-                    self._audit(a, round_id, detail)
-                    self._done(a, round_id, result, detail)
+                    self._already_running(a, round_id, result)
                 else:
                     self._skip(a, round_id, result, f"job is {sj.state if sj else 'gone'}, not pending")
                 continue
@@ -449,9 +452,7 @@ class Actuator:
                 # above and the update ("no longer pending"): as planned, that start is done.
                 now = self._states().get(a.job_id) if isinstance(e, SlurmError) else None
                 if now is not None and now.state == "RUNNING" and _runs_as(now, a.assignment):
-                    detail = f"{a.reason} (already running as planned)"
-                    self._audit(a, round_id, detail)
-                    self._done(a, round_id, result, detail)
+                    self._already_running(a, round_id, result)
                 else:
                     self._skip(a, round_id, result, f"start failed: {explain(e)}", failed=True)
                 continue

@@ -29,6 +29,8 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.optimize import linear_sum_assignment
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import bellman_ford, dijkstra
 
 
 def assign(
@@ -98,11 +100,8 @@ def assign_by_kind(
     and may be matched only where ``kind_allowed`` holds. The matching maximises the total
     weight over matchings of any cardinality, as ``assign(..., maximize=True)`` does on the
     full matrix (a pair of weight <= 0 is never returned), but it works on the kinds: a
-    min-cost flow source -> row kind (capacity: its rows) -> column kind -> sink, where
-    the sink arcs of a column kind are its columns, cheapest ``col_cost`` first (so a kind
-    always uses its cheapest columns). Bonus pairs are pooled by kind (exactly: see the
-    code). Successive shortest paths (Bellman-Ford on the kinds) push as many units
-    at once as stay on a shortest path, so the work grows with the kinds, not the jobs.
+    min-cost flow (:class:`_KindNetwork`) whose nodes are the kinds plus one node per group
+    of bonus pairs, so the work grows with the kinds and the bonus pairs, not the jobs.
 
     Among optimal matchings it returns a canonical one: the columns of a kind that are
     matched are its cheapest (then lowest index); they go to row kinds in kind order, and
@@ -138,137 +137,254 @@ def assign_by_kind(
             raise ValueError(f"bonus pair {(r, c)} is outside {len(rk)} rows x {len(ck)} columns")
     if not rk.size or not ck.size:
         return []
-    # Bonus pairs that share no row or column with another are pooled by (row kind, column
-    # kind, bonus): the group's rows form one kind, its columns another, with the bonus
-    # between the two. Exact: group rows are alike but for their partner, so any flow
-    # that pairs k group rows with k group columns is relabelled onto the k real partners.
-    # Rows and columns of other bonus pairs become kinds of their own.
-    rows_named = Counter(r for r, _ in extra)
-    cols_named = Counter(c for _, c in extra)
-    pools: dict[tuple[int, int, float], list[tuple[int, int]]] = {}
-    for (r, c), value in sorted(extra.items()):
-        if rows_named[r] == 1 and cols_named[c] == 1:
-            pools.setdefault((int(rk[r]), int(ck[c]), value), []).append((r, c))
-    pooled = {pair for pairs_ in pools.values() for pair in pairs_}
-    lone_rows = sorted({r for r, c in extra if (r, c) not in pooled})
-    lone_cols = sorted({c for r, c in extra if (r, c) not in pooled})
-    n_a, n_b = weights.shape
-    row_kinds = [*range(n_a), *(a for a, _, _ in pools), *(int(rk[r]) for r in lone_rows)]
-    col_kinds = [*range(n_b), *(b for _, b, _ in pools), *(int(ck[c]) for c in lone_cols)]
-    row_of = {r: n_a + len(pools) + k for k, r in enumerate(lone_rows)}
-    col_of = {c: n_b + len(pools) + k for k, c in enumerate(lone_cols)}
-    partner: dict[int, int] = {}  # pooled column -> its row
-    for g, pairs_ in enumerate(pools.values()):
-        for r, c in pairs_:
-            row_of[r], col_of[c], partner[c] = n_a + g, n_b + g, r
-    row_groups: list[list[int]] = [[] for _ in row_kinds]
-    for r in range(len(rk)):
-        row_groups[row_of.get(r, int(rk[r]))].append(r)
-    col_groups: list[list[int]] = [[] for _ in col_kinds]
-    for c in sorted(range(len(ck)), key=lambda c: (cost[c], c)):
-        col_groups[col_of.get(c, int(ck[c]))].append(c)
-    w = weights[np.ix_(row_kinds, col_kinds)]
-    ok = allowed[np.ix_(row_kinds, col_kinds)]
-    for g, (_, _, value) in enumerate(pools):
-        w[n_a + g, n_b + g] += value
-    for (r, c), value in extra.items():
-        if (r, c) not in pooled:
-            w[row_of[r], col_of[c]] += value
-    flow = _kind_flow(w, ok, [len(g) for g in row_groups], [cost[g] for g in col_groups])
-    # Canonical pairs from the kind-level flow (see the docstring).
-    per_row_kind: list[list[int]] = [[] for _ in row_groups]
-    for b, group in enumerate(col_groups):
-        taken = 0
-        for a in range(len(row_groups)):
-            n = int(flow[a, b])
-            per_row_kind[a].extend(group[taken : taken + n])
-            taken += n
-    pairs: list[tuple[int, int]] = []
-    for a, cols in enumerate(per_row_kind):
-        mine = [c for c in cols if c in partner and row_of[partner[c]] == a]  # a pool with its own columns
-        pairs.extend((partner[c], c) for c in mine)
-        busy = {partner[c] for c in mine}
-        rest = [c for c in sorted(cols) if c not in set(mine)]
-        pairs.extend(zip([r for r in row_groups[a] if r not in busy], rest, strict=False))
-    pairs = [(r, c) for r, c in pairs if weights[rk[r], ck[c]] - cost[c] + extra.get((r, c), 0.0) > 0]
+    net = _KindNetwork(weights, allowed, rk, ck, cost, extra)
+    net.solve()
+    pairs = [(r, c) for r, c in net.pairs() if weights[rk[r], ck[c]] - cost[c] + extra.get((r, c), 0.0) > 0]
     return sorted(pairs)
 
 
 _EPS = 1e-13  # below this, two path lengths are equal (kind weights are O(1))
 
 
-def _kind_flow(w: np.ndarray, ok: np.ndarray, supply: list[int], unit_cost: list[np.ndarray]) -> np.ndarray:
-    """Units x[a, b] of the max-gain flow (see :func:`assign_by_kind`)."""
-    n_a, n_b = w.shape
-    x = np.zeros((n_a, n_b), dtype=int)
-    used = np.zeros(n_a, dtype=int)
-    filled = np.zeros(n_b, dtype=int)
-    supply_arr = np.array(supply, dtype=int)
-    size = np.array([len(u) for u in unit_cost], dtype=int)
-    w = np.where(ok, w, 0.0)
-    arc = np.where(ok, -w, np.inf)  # cost of row kind a -> column kind b
-    while True:
-        # Bellman-Ford from the source over the residual kind graph.
-        d_a = np.where(used < supply_arr, 0.0, np.inf)
-        pred_a = np.full(n_a, -1)  # -1: straight from the source
-        d_b = np.full(n_b, np.inf)
-        pred_b = np.full(n_b, -1)
-        for _ in range(n_a + n_b + 2):
-            via = d_a[:, None] + arc
-            best = via.argmin(axis=0)
-            cand = via[best, np.arange(n_b)]
-            better_b = cand < d_b - _EPS
-            d_b = np.where(better_b, cand, d_b)
-            pred_b = np.where(better_b, best, pred_b)
-            back = np.where(x > 0, d_b[None, :] + w, np.inf)
-            best_a = back.argmin(axis=1)
-            cand_a = back[np.arange(n_a), best_a]
-            better_a = cand_a < d_a - _EPS
-            d_a = np.where(better_a, cand_a, d_a)
-            pred_a = np.where(better_a, best_a, pred_a)
-            if not better_b.any() and not better_a.any():
-                break
-        else:
-            raise RuntimeError("kind matching: Bellman-Ford did not settle (negative cycle)")
-        open_b = filled < size
-        if not open_b.any():
-            return x
-        nxt = np.array([u[f] if f < len(u) else np.inf for u, f in zip(unit_cost, filled, strict=True)])
-        total = np.where(open_b, d_b + nxt, np.inf)
-        b_star = int(total.argmin())
-        if not total[b_star] < -_EPS:
-            return x
-        # The path: b* <- a <- b' <- a' ... <- source.
-        path: list[tuple[int, int]] = []  # (a, b) forward arcs; reverse arcs between them
-        b = b_star
-        for _ in range(n_a + n_b + 1):
-            a = int(pred_b[b])
-            path.append((a, b))
-            if pred_a[a] < 0:
-                break
-            b = int(pred_a[a])
-        else:
-            raise RuntimeError("kind matching: a path did not reach the source")
-        source_kind = path[-1][0]
-        room = int(supply_arr[source_kind] - used[source_kind])
-        for k in range(len(path) - 1):
-            a_back, b_back = path[k][0], path[k + 1][1]
-            room = min(room, int(x[a_back, b_back]))
-        rest = np.delete(total, b_star)
-        threshold = min(float(rest.min()) if rest.size else np.inf, 0.0)
-        units = unit_cost[b_star]
-        f = int(filled[b_star])
-        push = 1
-        while (
-            push < room
-            and f + push < len(units)
-            and d_b[b_star] + units[f + push] < -_EPS
-            and d_b[b_star] + units[f + push] <= threshold
-        ):
-            push += 1
-        for k, (a, b) in enumerate(path):
-            x[a, b] += push
-            if k + 1 < len(path):
-                x[a, path[k + 1][1]] -= push
-        used[source_kind] += push
-        filled[b_star] += push
+class _KindNetwork:
+    """The min-cost flow behind :func:`assign_by_kind`.
+
+    Nodes: the source; a hub per row kind and per column kind; a node per group of bonus
+    rows and per group of bonus columns. A bonus pair that shares no row or column with
+    another is pooled with the others of its (row kind, column kind, bonus): the pool's
+    rows form one node, its columns another, joined by an arc of weight K + bonus
+    (exact: a pool's rows are alike but for their partner, so k units on that arc are k
+    of the real pairs). Rows and columns named by several bonus pairs get a node each,
+    with an arc per pair. Arcs, each of cost -weight:
+
+        source -> row node (capacity: its rows), bonus row node -> its row kind's hub,
+        row hub a -> column hub b (weight K[a, b], where allowed), column hub -> each
+        bonus column node of its kind, bonus row node -> bonus column node (K + bonus),
+        column node -> sink: one arc per column, of cost col_cost (cheapest used first).
+
+    So a row and a column not joined by a bonus meet through their two hubs at weight
+    K: the network has (row kinds x column kinds) + O(bonus pairs) arcs whatever the
+    number of jobs. Successive shortest paths with Johnson potentials (Dijkstra on the
+    reduced costs, SciPy's) push, along each path, as many units as stay on a shortest
+    path, so the column costs (distinct priority ties) do not cost a path each.
+    """
+
+    def __init__(
+        self,
+        weights: np.ndarray,
+        allowed: np.ndarray,
+        rk: np.ndarray,
+        ck: np.ndarray,
+        cost: np.ndarray,
+        extra: dict[tuple[int, int], float],
+    ) -> None:
+        self.weights, self.cost = weights, cost
+        n_a, n_b = weights.shape
+        rows_named = Counter(r for r, _ in extra)
+        cols_named = Counter(c for _, c in extra)
+        pools: dict[tuple[int, int, float], list[tuple[int, int]]] = {}
+        for (r, c), value in sorted(extra.items()):
+            if rows_named[r] == 1 and cols_named[c] == 1:
+                pools.setdefault((int(rk[r]), int(ck[c]), value), []).append((r, c))
+        self.pools = list(pools.values())
+        pooled = {pair for pairs_ in self.pools for pair in pairs_}
+        lone_rows = sorted({r for r, c in extra if (r, c) not in pooled})
+        lone_cols = sorted({c for r, c in extra if (r, c) not in pooled})
+        n_p = len(self.pools)
+        # Row nodes: hubs 0..n_a-1, pools, lone rows; column nodes likewise.
+        self.row_hub = [*range(n_a), *(a for a, _, _ in pools), *(int(rk[r]) for r in lone_rows)]
+        self.col_hub = [*range(n_b), *(b for _, b, _ in pools), *(int(ck[c]) for c in lone_cols)]
+        row_node = {r: n_a + n_p + k for k, r in enumerate(lone_rows)}
+        col_node = {c: n_b + n_p + k for k, c in enumerate(lone_cols)}
+        for g, pairs_ in enumerate(self.pools):
+            for r, c in pairs_:
+                row_node[r], col_node[c] = n_a + g, n_b + g
+        self.row_members: list[list[int]] = [[] for _ in self.row_hub]
+        for r in range(len(rk)):
+            self.row_members[row_node.get(r, int(rk[r]))].append(r)
+        self.col_members: list[list[int]] = [[] for _ in self.col_hub]
+        for c in sorted(range(len(ck)), key=lambda c: (cost[c], c)):
+            self.col_members[col_node.get(c, int(ck[c]))].append(c)
+        n_r, n_c = len(self.row_hub), len(self.col_hub)
+        # Graph node ids: 0 the source, 1..n_r the row nodes, then the column nodes.
+        self.n_r = n_r
+        self.n_nodes = 1 + n_r + n_c
+        tails: list[int] = []
+        heads: list[int] = []
+        costs: list[float] = []
+        caps: list[int] = []
+        big = len(rk)
+
+        def add(tail: int, head: int, arc_cost: float, cap: int) -> None:
+            tails.append(tail)
+            heads.append(head)
+            costs.append(arc_cost)
+            caps.append(cap)
+
+        for i, members in enumerate(self.row_members):
+            if members:
+                add(0, 1 + i, 0.0, len(members))
+        for i in range(n_a, n_r):
+            add(1 + i, 1 + self.row_hub[i], 0.0, len(self.row_members[i]))
+        for a in range(n_a):
+            for b in range(n_b):
+                if allowed[a, b]:
+                    add(1 + a, 1 + n_r + b, -float(weights[a, b]), big)
+        for j in range(n_b, n_c):
+            add(1 + n_r + self.col_hub[j], 1 + n_r + j, 0.0, len(self.col_members[j]))
+        self.bonus_arc: dict[tuple[int, int], int] = {}  # (row node, column node) -> arc
+        self.pool_of_arc: dict[tuple[int, int], int] = {}
+        self.lone_pair: dict[tuple[int, int], tuple[int, int]] = {}
+        for g, (a, b, value) in enumerate(pools):
+            if allowed[a, b]:
+                self.pool_of_arc[(n_a + g, n_b + g)] = g
+                self.bonus_arc[(n_a + g, n_b + g)] = len(tails)
+                add(1 + n_a + g, 1 + n_r + n_b + g, -float(weights[a, b] + value), len(self.pools[g]))
+        for (r, c), value in sorted(extra.items()):
+            if (r, c) not in pooled and allowed[rk[r], ck[c]]:
+                i, j = row_node[r], col_node[c]
+                self.lone_pair[(i, j)] = (r, c)
+                self.bonus_arc[(i, j)] = len(tails)
+                add(1 + i, 1 + n_r + j, -float(weights[rk[r], ck[c]] + value), 1)
+        self.tail = np.array(tails, dtype=np.int64)
+        self.head = np.array(heads, dtype=np.int64)
+        self.arc_cost = np.array(costs, dtype=float)
+        self.cap = np.array(caps, dtype=np.int64)
+        self.flow = np.zeros(len(tails), dtype=np.int64)
+        self.arc_of = {(int(t), int(h)): e for e, (t, h) in enumerate(zip(tails, heads, strict=True))}
+        # The residual graph: every arc forward (entries 0..E-1) and backward (E..2E-1);
+        # no two share a (tail, head), as no arc has an opposite. slot_arc[k] is the entry
+        # stored in the k-th slot of the CSR data.
+        n_arcs = len(tails)
+        entry = np.arange(1, 2 * n_arcs + 1, dtype=float)
+        self.residual = csr_matrix(
+            (entry, (np.concatenate([self.tail, self.head]), np.concatenate([self.head, self.tail]))),
+            shape=(self.n_nodes, self.n_nodes),
+        )
+        self.slot_arc = self.residual.data.astype(np.int64) - 1
+        self.unit_cost = [cost[m] for m in self.col_members]
+        self.filled = np.zeros(n_c, dtype=np.int64)
+
+    def _distances(self, potential: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Shortest path lengths (reduced by ``potential``) from the source in the residual
+        graph, and predecessors. The graph's structure is fixed (every arc both ways); an
+        arc not in the residual graph, or at a node no longer reachable, weighs ``inf``."""
+        n_arcs = len(self.tail)
+        forward = np.where(self.flow < self.cap, self.arc_cost, np.inf)
+        backward = np.where(self.flow > 0, -self.arc_cost, np.inf)
+        values = np.empty(2 * n_arcs)
+        with np.errstate(invalid="ignore"):  # inf - inf at unreachable nodes: no arc
+            values[:n_arcs] = forward + potential[self.tail] - potential[self.head]
+            values[n_arcs:] = backward + potential[self.head] - potential[self.tail]
+        values[~np.isfinite(values)] = np.inf
+        # Rounding may leave a shortest-path arc a hair below zero.
+        np.maximum(values, 0.0, out=values)
+        self.residual.data[:] = values[self.slot_arc]
+        dist, pred = dijkstra(self.residual, indices=0, return_predecessors=True)
+        return dist, pred
+
+    def _initial_potential(self) -> np.ndarray:
+        """Shortest path lengths from the source before any flow (arcs go forward only)."""
+        graph = csr_matrix((self.arc_cost, (self.tail, self.head)), shape=(self.n_nodes, self.n_nodes))
+        dist: np.ndarray = bellman_ford(graph, indices=0)
+        return dist
+
+    def solve(self) -> None:
+        """Successive shortest paths until no path to the sink gains weight."""
+        first_col = 1 + self.n_r
+        size = np.array([len(u) for u in self.unit_cost], dtype=np.int64)
+        next_cost = np.array([u[0] if len(u) else np.inf for u in self.unit_cost])
+        potential = self._initial_potential()
+        while True:
+            dist, pred = self._distances(potential)
+            # The new shortest lengths; a node unreachable now stays so (residual arcs
+            # appear only along a path, between nodes the path reached).
+            potential = potential + dist
+            total = potential[first_col:] + next_cost
+            j_star = int(total.argmin())
+            if not total[j_star] < -_EPS:
+                return
+            path = self._path(pred, first_col + j_star)
+            room = min(int(self.cap[e] - self.flow[e] if forward else self.flow[e]) for e, forward in path)
+            total[j_star] = np.inf
+            threshold = min(float(total.min()), 0.0)
+            reach = potential[first_col + j_star]
+            units = self.unit_cost[j_star]
+            f = int(self.filled[j_star])
+            push = 1
+            while (
+                push < room
+                and f + push < size[j_star]
+                and reach + units[f + push] < -_EPS
+                and reach + units[f + push] <= threshold
+            ):
+                push += 1
+            for e, forward in path:
+                self.flow[e] += push if forward else -push
+            self.filled[j_star] += push
+            next_cost[j_star] = units[f + push] if f + push < size[j_star] else np.inf
+
+    def _path(self, pred: np.ndarray, node: int) -> list[tuple[int, bool]]:
+        """The arcs (arc, forward?) of the shortest path from the source to ``node``."""
+        path: list[tuple[int, bool]] = []
+        for _ in range(self.n_nodes):
+            before = int(pred[node])
+            if before < 0:
+                raise RuntimeError("kind matching: a path did not reach the source")
+            forward = self.arc_of.get((before, node))
+            if forward is not None and self.flow[forward] < self.cap[forward]:
+                path.append((forward, True))
+            else:
+                path.append((self.arc_of[(node, before)], False))
+            node = before
+            if node == 0:
+                return path
+        raise RuntimeError("kind matching: a path did not reach the source")
+
+    def _units(self, tail: int, head: int) -> int:
+        """Units of flow on the arc from node ``tail`` to node ``head`` (0: no such arc)."""
+        e = self.arc_of.get((tail, head))
+        return 0 if e is None else int(self.flow[e])
+
+    def pairs(self) -> list[tuple[int, int]]:
+        """The canonical matching of the flow (see :func:`assign_by_kind`)."""
+        n_a, n_b = self.weights.shape
+        used_cols = [m[: int(f)] for m, f in zip(self.col_members, self.filled, strict=True)]
+        pairs: list[tuple[int, int]] = []
+        busy_rows: set[int] = set()
+        busy_cols: set[int] = set()
+        for (i, j), e in sorted(self.bonus_arc.items()):
+            units = int(self.flow[e])
+            if not units:
+                continue
+            if (i, j) in self.pool_of_arc:
+                # k units on a pool's arc: its k cheapest used columns with their partners.
+                partner = {c: r for r, c in self.pools[self.pool_of_arc[(i, j)]]}
+                chosen = [(partner[c], c) for c in used_cols[j] if c not in busy_cols][:units]
+            else:
+                chosen = [self.lone_pair[(i, j)]]
+            pairs.extend(chosen)
+            busy_rows.update(r for r, _ in chosen)
+            busy_cols.update(c for _, c in chosen)
+        # The rest meet through the hubs: each hub's rows (index order) and columns.
+        hub_rows: list[list[int]] = [[] for _ in range(n_a)]
+        for i, a in enumerate(self.row_hub):
+            if i < n_a:
+                hub_rows[a].extend(self.row_members[i][: self._units(0, 1 + i)])
+            else:
+                free = [r for r in self.row_members[i] if r not in busy_rows]
+                hub_rows[a].extend(free[: self._units(1 + i, 1 + a)])
+        hub_cols: list[list[int]] = [[] for _ in range(n_b)]
+        for j, b in enumerate(self.col_hub):
+            hub_cols[b].extend(c for c in used_cols[j] if c not in busy_cols)
+        per_row_hub: list[list[int]] = [[] for _ in range(n_a)]
+        for b in range(n_b):
+            group = sorted(hub_cols[b], key=lambda c: (self.cost[c], c))
+            taken = 0
+            for a in range(n_a):
+                n = self._units(1 + a, 1 + self.n_r + b)
+                per_row_hub[a].extend(group[taken : taken + n])
+                taken += n
+        for a in range(n_a):
+            pairs.extend(zip(sorted(hub_rows[a]), sorted(per_row_hub[a]), strict=True))
+        return pairs

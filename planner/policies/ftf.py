@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 from planner.model import Job, Snapshot
@@ -67,7 +67,7 @@ class FinishTimeFairness:
             n = state.get("n")
             if not isinstance(n, int) or n < 1:
                 n = bisect.bisect_right(submits, job.submit_time_s)
-                job = replace(job, policy_state={"n": n})  # noqa: PLW2901 (the job, with its state)
+                job = job.with_policy_state({"n": n})  # noqa: PLW2901 (the job, with its state)
             accepted = job.accepted_types
             cluster = sum(gpus_by_type.get(t, 0) for t in accepted) if accepted else total
             keyed.append(((-estimated_rho(job, now, n, cluster), arrival_key(job)), job))

@@ -44,10 +44,6 @@ _RANK_TIE = 1e-9
 # its choice among equal-weight matchings stays what it always was; above, the kind-level
 # flow finds a matching of the same total weight in a fraction of the time.
 _FULL_MATRIX_MAX = 200_000
-# Pairs already sharing (keep_bonus) add a pair of kinds per (row kind, column kind) they
-# span; past this many the kind-level flow is slower than the full Hungarian (measured:
-# 728 such pairs over about 460 kind pairs, tesserae-ftf at 4,096 GPUs x 10,000 jobs).
-_KEEP_POOLS_MAX = 64
 _NEVER_PACKED = (Outcome.INFEASIBLE, Outcome.NO_GPU_TYPE)
 
 PlanChoice = tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]
@@ -327,8 +323,7 @@ class TesseraePacking(_PackingStage):
     component: ClassVar[str] = "tesserae packing"
 
     def match(self, graph: ClassGraph) -> list[tuple[Job, Job, PlanChoice]]:
-        pools = {(int(graph.row_kind[r]), int(graph.col_kind[c])) for r, c in graph.keep}
-        if len(graph.rows) * len(graph.cols) <= _FULL_MATRIX_MAX or len(pools) > _KEEP_POOLS_MAX:
+        if len(graph.rows) * len(graph.cols) <= _FULL_MATRIX_MAX:
             pairs = assign(graph.weights, maximize=True, forbidden=graph.forbidden)
             return [graph.pair(r, c) for r, c in pairs]
         bonus = dict.fromkeys(graph.keep, graph.keep_bonus)

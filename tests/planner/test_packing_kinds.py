@@ -41,7 +41,7 @@ STORE = profiles()
 
 
 @st.composite
-def kind_problems(draw, max_rows=5, max_cols=5):
+def kind_problems(draw, max_rows=5, max_cols=5, max_bonus=2):
     """Rows and columns of a few kinds; integer kind weights make ties common."""
     n_a, n_b = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     integral = draw(st.booleans())
@@ -53,9 +53,10 @@ def kind_problems(draw, max_rows=5, max_cols=5):
     cols = draw(st.lists(st.integers(0, n_b - 1), min_size=1, max_size=max_cols))
     tie = 1e-9 * np.arange(len(cols)) if draw(st.booleans()) else np.zeros(len(cols))
     bonus = {}
+    value = st.sampled_from([0.05, 0.05, 0.0, 0.5, 2.0])
     for r, c in draw(st.lists(st.tuples(st.integers(0, len(rows) - 1), st.integers(0, len(cols) - 1)),
-                              max_size=2)):  # fmt: skip
-        bonus[(r, c)] = 0.05
+                              max_size=max_bonus)):  # fmt: skip
+        bonus[(r, c)] = draw(value)
     return weights, allowed, np.array(rows), np.array(cols), tie, bonus
 
 
@@ -120,13 +121,31 @@ def test_kind_matching_breaks_ties_canonically(problem):
         assert [r for r, _ in pairs] == plain_rows[: len(pairs)]
 
 
+@pytest.mark.slow  # a long property/simulation check: CI, not --fast
+@settings(max_examples=300, deadline=None)
+@given(kind_problems(max_bonus=6))
+def test_kind_matching_with_many_bonus_pairs_is_optimal(problem):
+    # Bonus pairs pooled (a row and a column named once), and rows or columns named by
+    # several pairs (a node each), mixed: the total is the brute-force optimum.
+    matrix, forbidden = full(problem)
+    new = assign_by_kind(*problem)
+    assert len({r for r, _ in new}) == len(new) == len({c for _, c in new})
+    assert all(not forbidden[r, c] and matrix[r, c] > 0 for r, c in new)
+    best, _ = optima(matrix, forbidden)
+    assert math.isclose(total(matrix, new), best, rel_tol=0, abs_tol=1e-9)
+
+
 def test_kind_matching_scales_with_kinds_not_jobs():
     rng = np.random.default_rng(0)
     weights = rng.uniform(1.0, 2.0, (20, 20))
     allowed = rng.random((20, 20)) < 0.8
     rk, ck = rng.integers(0, 20, 1500), rng.integers(0, 20, 5000)
     tie = 1e-9 * np.arange(5000)
-    problem = (weights, allowed, rk, ck, tie, {(3, 7): 0.05})
+    # Hundreds of jobs already sharing (the keep bonus), over most kind pairs: the
+    # network grows by a node pair per (row kind, column kind), not per job.
+    pairs = zip(rng.permutation(1500)[:700], rng.permutation(5000)[:700], strict=True)
+    keep = {(int(r), int(c)): 0.05 for r, c in pairs}
+    problem = (weights, allowed, rk, ck, tie, keep)
     new = assign_by_kind(*problem)
     matrix, forbidden = full(problem)
     old = assign(matrix, maximize=True, forbidden=forbidden)

@@ -241,11 +241,13 @@ def checkpoint_time(spool: str | Path, job_id: str, owner_uid: int | None = None
 
 def last_progress(spool: str | Path, job_id: str, owner_uid: int | None = None) -> float | None:
     """The ``progress`` of the job's newest heartbeat that has one (torn lines skipped);
-    ``None`` also when the status directory is a link or (``owner_uid``) another user's."""
+    ``None`` also when the status directory is a link or (``owner_uid``) another user's.
+    The log is read from its end only as far as that heartbeat (the tick asks it of every
+    running job, and a job's log grows for as long as it runs)."""
     directory = _quiet_status_dir(spool, job_id, owner_uid)
     if directory is None:
         return None
-    for record in reversed(list(status.read_records(directory / HEARTBEATS))):
+    for record in status.newest_records(directory / HEARTBEATS):
         value = record.get("progress")
         if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1:
             return float(value)

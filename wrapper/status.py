@@ -77,6 +77,24 @@ MAX_READ_BYTES = 4 << 20
 """The most a reader takes of a file a job wrote: the newest part of a longer heartbeat log."""
 
 
+def _open_job_file(path: str | Path) -> tuple[int, int] | None:
+    """(descriptor, size) of a regular file a job wrote, opened for reading; ``None`` when
+    there is none (see :func:`read_job_file`). The caller closes the descriptor."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:  # absent, a symbolic link (ELOOP), unreadable
+        return None
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        return None
+    return fd, info.st_size
+
+
 def read_job_file(path: str | Path, max_bytes: int = MAX_READ_BYTES) -> bytes | None:
     """The bytes of a file a job wrote, or ``None`` when there is no such regular file.
 
@@ -85,16 +103,13 @@ def read_job_file(path: str | Path, max_bytes: int = MAX_READ_BYTES) -> bytes | 
     (which would block the controller) or a device is never opened or followed, and only
     the last ``max_bytes`` of a file are read.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:  # absent, a symbolic link (ELOOP), unreadable
+    opened = _open_job_file(path)
+    if opened is None:
         return None
+    fd, size = opened
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        if info.st_size > max_bytes:
-            os.lseek(fd, info.st_size - max_bytes, os.SEEK_SET)
+        if size > max_bytes:
+            os.lseek(fd, size - max_bytes, os.SEEK_SET)
         chunks = []
         left = max_bytes
         while left > 0:
@@ -106,6 +121,52 @@ def read_job_file(path: str | Path, max_bytes: int = MAX_READ_BYTES) -> bytes | 
         return b"".join(chunks)
     except OSError:
         return None
+    finally:
+        os.close(fd)
+
+
+NEWEST_FIRST_CHUNK = 64 << 10
+""":func:`newest_records` reads this much of the end first, then four times more each time."""
+
+
+def newest_records(
+    path: str | Path, max_bytes: int = MAX_READ_BYTES, chunk_bytes: int = NEWEST_FIRST_CHUNK
+) -> Iterator[dict[str, Any]]:
+    """The records of a JSON-lines file a job wrote, newest first, read from the end only as
+    far as the caller takes them (at most the last ``max_bytes``, as :func:`read_job_file`).
+
+    A reader that wants the newest record of some kind (the tick reads every running job's
+    progress) then reads a few KiB of a log that grows for as long as the job runs, not its
+    whole tail. Lines that are not JSON objects are skipped, as :func:`read_records` does;
+    so is a line cut by the ``max_bytes`` limit. Lines appended while reading are not seen.
+    """
+    opened = _open_job_file(path)
+    if opened is None:
+        return
+    fd, end = opened
+    try:
+        carry = b""  # the start of the oldest line read so far, maybe cut
+        budget = max_bytes
+        chunk = max(1, chunk_bytes)
+        while end > 0 and budget > 0:
+            n = min(chunk, end, budget)
+            start = end - n
+            try:
+                block = os.pread(fd, n, start)
+            except OSError:
+                return
+            if len(block) < n:  # truncated under us: what was read is all there is
+                return
+            lines = (block + carry).splitlines()  # as read_records splits them
+            carry = lines[0] if start > 0 else b""
+            for raw in reversed(lines[1:] if start > 0 else lines):
+                try:
+                    record = loads_json(raw)
+                except ValueError:
+                    continue
+                if isinstance(record, dict):
+                    yield record
+            end, budget, chunk = start, budget - n, chunk * 4
     finally:
         os.close(fd)
 

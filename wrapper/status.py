@@ -160,11 +160,8 @@ def newest_records(
             lines = (block + carry).splitlines()  # as read_records splits them
             carry = lines[0] if start > 0 else b""
             for raw in reversed(lines[1:] if start > 0 else lines):
-                try:
-                    record = loads_json(raw)
-                except ValueError:
-                    continue
-                if isinstance(record, dict):
+                record = _record(raw)
+                if record is not None:
                     yield record
             end, budget, chunk = start, budget - n, chunk * 4
     finally:
@@ -178,12 +175,18 @@ def read_records(path: str | Path) -> Iterator[dict[str, Any]]:
     if data is None:
         return
     for raw in data.splitlines():
-        try:
-            record = loads_json(raw)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
+        record = _record(raw)
+        if record is not None:
             yield record
+
+
+def _record(raw: bytes) -> dict[str, Any] | None:
+    """One line of a JSON-lines file as a record; ``None`` when it is not a JSON object."""
+    try:
+        record = loads_json(raw)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def write_marker(path: str | Path, record: Mapping[str, Any]) -> None:

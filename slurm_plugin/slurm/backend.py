@@ -135,4 +135,9 @@ class CliSlurm:
         return parse.parse_sbatch_id(self._run(commands.sbatch(script, extra, comment), env))
 
     def sacct_runs(self, since: str, until: str | None) -> list[dict[str, str]]:
-        return parse.parse_parsable(self._run(commands.sacct_runs(since, until)))
+        """Every run since ``since``. Fields are separated by a random token, not ``|``: a
+        user's ``--comment`` or job name may hold ``|`` (or a line break), and one such job
+        must not break every report."""
+        separator = "~" + secrets.token_hex(12) + "~"
+        text = self._run(commands.sacct_runs(since, until, delimiter=separator))
+        return parse.parse_parsable(text, "sacct -P", separator)

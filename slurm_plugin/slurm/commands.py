@@ -101,15 +101,20 @@ SACCT_FIELDS = (
     "Elapsed",
     "AllocTRES",
     "ReqTRES",
-    "NodeList",
     "Comment",
     "AdminComment",  # the controller's audit line: why each run started (``mosaic report``)
+    # Last: a field that never holds a line break, so a comment's line break is told
+    # from the end of a row (parse.parse_parsable).
+    "NodeList",
 )
 
 
-def sacct_runs(since: str, until: str | None = None, fields: Iterable[str] = SACCT_FIELDS) -> list[str]:
-    """One row per run of every job (``-D``: a requeued job's runs each get a row)."""
-    argv = ["sacct", "-D", "-X", "-P", "-a", "-S", since, "-o", ",".join(fields)]
+def sacct_runs(
+    since: str, until: str | None = None, fields: Iterable[str] = SACCT_FIELDS, delimiter: str = "|"
+) -> list[str]:
+    """One row per run of every job (``-D``: a requeued job's runs each get a row), fields
+    separated by ``delimiter`` (a job's name and comments may hold ``|``)."""
+    argv = ["sacct", "-D", "-X", "-P", f"--delimiter={delimiter}", "-a", "-S", since, "-o", ",".join(fields)]
     if until is not None:
         argv += ["-E", until]
     return argv

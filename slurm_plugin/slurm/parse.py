@@ -626,18 +626,45 @@ def parse_scontrol_records(text: str) -> list[dict[str, str]]:
     return records
 
 
-def parse_parsable(text: str, command: str = "sacct -P") -> list[dict[str, str]]:
-    """``sacct -P`` / ``squeue -o`` with ``|`` separators and a header row -> rows by column."""
-    lines = [line for line in text.splitlines() if line.strip()]
+def parse_parsable(text: str, command: str = "sacct -P", delimiter: str = "|") -> list[dict[str, str]]:
+    """``sacct -P`` / ``squeue -o`` output (fields separated by ``delimiter``, a header row)
+    -> rows by column.
+
+    A field may hold a line break (a job's comment): a line with fewer fields than the
+    header continues on the next one, which works when the last column is one that never
+    holds a line break (:data:`~slurm_plugin.slurm.commands.SACCT_FIELDS` ends with
+    ``NodeList``). A row with more fields than the header (a field holding the delimiter)
+    is an error."""
+    lines = text.split("\n")
+    while lines and not lines[0].strip():
+        lines.pop(0)
     if not lines:
         return []
-    header = lines[0].split("|")
+    header = lines[0].split(delimiter)
     rows = []
+    pending: list[str] | None = None  # a row whose last field goes on after a line break
+    start = 0
+
+    def wrong(cells: list[str]) -> SlurmParseError:
+        return SlurmParseError(f"{command}: line {start} has {len(cells)} fields, the header {len(header)}")
+
     for k, line in enumerate(lines[1:], start=2):
-        cells = line.split("|")
-        if len(cells) != len(header):
-            raise SlurmParseError(f"{command}: line {k} has {len(cells)} fields, the header {len(header)}")
+        if pending is None:
+            if not line.strip():
+                continue
+            cells, start = line.split(delimiter), k
+        else:
+            more = line.split(delimiter)
+            cells = [*pending[:-1], pending[-1] + "\n" + more[0], *more[1:]]
+        if len(cells) > len(header):
+            raise wrong(cells)
+        if len(cells) < len(header):
+            pending = cells
+            continue
+        pending = None
         rows.append(dict(zip(header, cells, strict=True)))
+    if pending is not None:
+        raise wrong(pending)
     return rows
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import time
+from collections.abc import Callable
 from datetime import datetime
 
 from planner.codec import assignment_from_json
@@ -16,6 +17,7 @@ from slurm_plugin.report import build_report
 from slurm_plugin.slurm.backend import CliSlurm
 from slurm_plugin.slurm.runner import run
 from slurm_plugin.store import Store
+from slurm_plugin.testcluster.shapes import OTHER_PARTITION
 from tests.slurm_plugin.live_helpers import (
     config_for,
     controller,
@@ -25,6 +27,20 @@ from tests.slurm_plugin.live_helpers import (
     wait_started,
     write_script,
 )
+
+
+def reported(live, config, since: str, out, capsys, finished: int) -> Callable[[], dict | None]:
+    """`mosaic report --format json --out OUT` since ``since``: its document once it counts
+    ``finished`` jobs finished (sacct records a job's end a moment after it), else ``None``."""
+
+    def report() -> dict | None:
+        capsys.readouterr()
+        args = ["report", "--slurm-conf", str(live.layout.conf), "--spool", str(config.spool_dir)]
+        assert main([*args, "--since", since, "--format", "json", "--out", str(out)]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        return doc if doc["summary"]["finished"] == finished else None
+
+    return report
 
 
 def test_report_counts_runs_restarts_and_finishes(live, tmp_path, capsys):
@@ -59,14 +75,7 @@ def test_report_counts_runs_restarts_and_finishes(live, tmp_path, capsys):
 
     wait_for("both jobs done", done, timeout_s=60)
 
-    def report() -> dict | None:
-        capsys.readouterr()
-        args = ["report", "--slurm-conf", str(live.layout.conf), "--spool", str(config.spool_dir)]
-        assert main([*args, "--since", since, "--format", "json", "--out", str(tmp_path / "out")]) == 0
-        doc = json.loads(capsys.readouterr().out)
-        return doc if doc["summary"]["finished"] == 2 else None
-
-    doc = wait_for("sacct to record both jobs", report, timeout_s=30)
+    doc = wait_for("sacct to record both jobs", reported(live, config, since, tmp_path / "out", capsys, 2))
     summary = doc["summary"]
     assert set(SUMMARY_KEYS) <= set(summary) and summary["jobs"] == 2 and summary["gpus"] == 16
     assert summary["restarts"] == 1 and summary["preemptions"] == 1
@@ -129,3 +138,35 @@ def test_report_tells_a_move_from_a_resume_elsewhere_by_the_runs_audit_lines(liv
 
     by_job = wait_for("sacct to record both jobs' runs", counts, timeout_s=30)
     assert by_job == {moved: (1, 1, 0), resumed: (1, 0, 1)}
+
+
+def test_a_job_name_or_comment_holding_the_pipe_does_not_break_the_report(live, tmp_path, capsys):
+    # sacct -a lists every user's jobs, in every partition: one whose name and comment hold
+    # "|" (sacct's default separator) and a line break made every `mosaic report` fail.
+    # Now sacct separates fields by a random token, and a comment's line break continues
+    # its row.
+    time.sleep(1.1)
+    since = datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
+    config = config_for(live, tmp_path / "spool")
+    managed = submit_job(
+        config, write_script(tmp_path, "plain", 1, duration_s=10, time_scale=10), "-J", "a|b"
+    )
+    odd = tmp_path / "odd.sh"
+    odd.write_text("#!/bin/bash\nsleep 1\n")
+    argv = ["sbatch", "--parsable", "-p", OTHER_PARTITION, "-J", "odd|name", "--comment", "x|y\nz"]
+    other = run([*argv, "-o", "/dev/null", str(odd)], env=live.env).stdout.strip().split(";")[0]
+    controller(config).tick()
+    wait_started(config, managed)
+
+    def done() -> bool:
+        now = jobs(config)
+        return all(j in now and now[j].state == "COMPLETED" for j in (managed, other))
+
+    wait_for("both jobs done", done, timeout_s=60)
+    wait_for("sacct to record the job", reported(live, config, since, tmp_path / "out", capsys, 1))
+    rows = CliSlurm(config.slurm_env).sacct_runs(since, None)
+    names = {r["JobID"]: (r["JobName"], r["Comment"]) for r in rows}
+    assert names[other] == ("odd|name", "x|y\nz")
+    assert names[managed][0] == "a|b"
+    jobs_csv = {r["job_id"] for r in csv.DictReader((tmp_path / "out" / "jobs.csv").open())}
+    assert managed in jobs_csv

@@ -28,8 +28,9 @@ def test_sbatch_submits_held_with_the_comment_before_user_args():
 
 
 def test_sacct_asks_for_every_run():
-    argv = commands.sacct_runs("2026-01-01T00:00:00", "now")
-    assert argv[:5] == ["sacct", "-D", "-X", "-P", "-a"] and argv[-2:] == ["-E", "now"]
+    argv = commands.sacct_runs("2026-01-01T00:00:00", "now", delimiter="~x~")
+    assert argv[:5] == ["sacct", "-D", "-X", "-P", "--delimiter=~x~"] and "-a" in argv
+    assert argv[-2:] == ["-E", "now"]
 
 
 @pytest.mark.parametrize("bad", ["1;rm -rf /", "", "abc", "1 2"])

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from slurm_plugin.slurm import commands
 from slurm_plugin.slurm.parse import (
     SlurmParseError,
     expand_hostlist,
@@ -91,6 +92,27 @@ def test_scontrol_records_keep_values_with_spaces():
     nodes = parse_scontrol_records((DATA / "scontrol_nodes.txt").read_text())
     assert nodes[0]["OS"].startswith("Linux ") and " " in nodes[0]["OS"]
     assert nodes[1]["State"] == "MIXED+COMPLETING"
+
+
+def test_sacct_fields_may_hold_the_pipe_and_line_breaks_with_a_token_delimiter():
+    # A user's --comment (or job name) may hold "|" and line breaks; with a random token as
+    # sacct's --delimiter every row still parses, the comment whole.
+    sep = "~5f3a~"
+    text = sep.join(["JobID", "JobName", "Comment", "State"]) + "\n"
+    text += sep.join(["11", "a|b", "x | y\n\nz|", "COMPLETED"]) + "\n"
+    text += sep.join(["12", "plain", "", "RUNNING"]) + "\n"
+    rows = parse_parsable(text, "sacct -P", sep)
+    assert rows == [
+        {"JobID": "11", "JobName": "a|b", "Comment": "x | y\n\nz|", "State": "COMPLETED"},
+        {"JobID": "12", "JobName": "plain", "Comment": "", "State": "RUNNING"},
+    ]
+    # A line break in the last column could not be told from a row's end: sacct's last
+    # column is NodeList, which never holds one.
+    assert commands.SACCT_FIELDS[-1] == "NodeList"
+    with pytest.raises(SlurmParseError, match="line 5 has 5 fields, the header 4"):
+        parse_parsable(text.replace("plain", "a" + sep + "b"), "sacct -P", sep)
+    with pytest.raises(SlurmParseError, match="line 5 has 3 fields"):
+        parse_parsable(text.rsplit("RUNNING", 1)[0].rsplit(sep, 1)[0] + "\n", "sacct -P", sep)
 
 
 def test_sacct_lists_one_row_per_run():

@@ -172,6 +172,51 @@ def build_report(rows: Iterable[Mapping[str, str]], partitions: Sequence[str], n
 
 
 _START_LINE = re.compile(r"mosaic r\d+-start-\S+ (\S+)")
+START_SLACK_S = 2.0
+"""How far a run's ``Start`` (whole seconds) may precede the store's record of the start
+that made it: the controller records a start once its release returned, and Slurm may have
+started the job a moment before."""
+
+
+def with_store_starts(
+    rows: Iterable[Mapping[str, str]], starts: Mapping[str, Sequence[tuple[float, str, str]]]
+) -> list[dict[str, str]]:
+    """``rows`` with each run's start line filled in from the store's action log where its
+    ``AdminComment`` has none of its own (pure).
+
+    Slurm lets only an Administrator set ``AdminComment``: a controller running as an
+    Operator (the documented deployment) leaves its start lines in the store only, and
+    without them the report judges runs by their nodes (a resume elsewhere would count as a
+    migration). ``starts`` are each job's applied starts, oldest first: (time, request id,
+    detail) (:meth:`Store.starts_done`). A run takes the newest start recorded at most
+    :data:`START_SLACK_S` after it started and after the start the run before it took; a
+    start that found the job already running made no run and is not taken.
+    """
+    out = [dict(row) for row in rows]
+    by_job: dict[str, list[dict[str, str]]] = {}
+    for row in out:
+        by_job.setdefault(row.get("JobID", ""), []).append(row)
+    for job_id, job_rows in by_job.items():
+        made = [s for s in starts.get(job_id, ()) if "(already " not in s[2]]
+        taken = 0  # made[:taken] belong to earlier runs
+        previous: str | None = None
+        for row in job_rows:
+            start = parse_time(row.get("Start", ""))
+            if start is None:
+                continue
+            own = row.get("AdminComment", "")
+            found = taken
+            while found < len(made) and made[found][0] <= start + START_SLACK_S:
+                found += 1
+            if found > taken:
+                taken = found
+                if _START_LINE.match(own) is None or own == previous:
+                    _, request, detail = made[found - 1]
+                    row["AdminComment"] = f"mosaic {request} {detail}"
+            previous = own
+    return out
+
+
 _RELAUNCHES = {c.value: c for c in Change if c.relaunch}
 
 

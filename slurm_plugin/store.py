@@ -417,6 +417,19 @@ class Store:
         ).fetchone()
         return int(row[0])
 
+    def starts_done(self, since_s: float) -> dict[str, list[tuple[float, str, str]]]:
+        """The starts applied since ``since_s``, per job, oldest first: (time, request id,
+        detail). ``mosaic report`` reads why each run started here when the controller could
+        not write it into the job's AdminComment (an Operator's controller)."""
+        out: dict[str, list[tuple[float, str, str]]] = {}
+        query = (
+            "SELECT job_id, time_s, request_id, detail FROM actions "
+            "WHERE kind = 'start' AND status = 'done' AND time_s >= ? ORDER BY time_s"
+        )
+        for job_id, time_s, request, detail in self.db.execute(query, (since_s,)):
+            out.setdefault(str(job_id), []).append((float(time_s), str(request), str(detail)))
+        return out
+
     def actions(self, round_id: int | None = None) -> Iterator[tuple[str, int, str, str, str, str, float]]:
         if round_id is None:
             yield from self.db.execute("SELECT * FROM actions ORDER BY time_s")

@@ -12,8 +12,9 @@ from planner.metrics import jobs_csv
 from slurm_plugin.cli.controller_cmd import _live_args, load_config
 from slurm_plugin.cli.sim_cmd import format_summary
 from slurm_plugin.files import read_toml, write_atomic, write_json
-from slurm_plugin.report import Report, accounting_error, build_report, summary
+from slurm_plugin.report import Report, accounting_error, build_report, summary, with_store_starts
 from slurm_plugin.slurm.backend import CliSlurm
+from slurm_plugin.slurm.parse import parse_time
 from slurm_plugin.slurm.runner import SlurmCommandError, SlurmError
 from slurm_plugin.store import Store
 
@@ -58,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         rows = client.sacct_runs(args.since, args.until)
     except SlurmCommandError as e:
         raise SlurmError(accounting_error(e)) from e
+    rows = _with_store_starts(config.store_path, rows)
     report = build_report(rows, config.partitions, now)
     nodes = [n for n in client.nodes() if set(n.partitions) & set(config.partitions)]
     decisions = _decision_times(config.store_path, report)
@@ -86,6 +88,19 @@ def run(args: argparse.Namespace) -> int:
         if not args.no_plot:
             write_plot(report, args.out / "plot.png", doc["gpus"])
     return 0
+
+
+def _with_store_starts(store_path: Path, rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The rows with the start lines an Operator's controller kept in its store only."""
+    submits = [t for t in (parse_time(r.get("Submit", "")) for r in rows) if t is not None]
+    if not store_path.exists() or not submits:
+        return rows
+    store = Store(store_path)
+    try:
+        starts = store.starts_done(min(submits))
+    finally:
+        store.close()
+    return with_store_starts(rows, starts)
 
 
 def _decision_times(store_path: Path, report: Report) -> list[float]:

@@ -17,6 +17,7 @@ CPUs, memory, features, nodes, start time) other users' jobs, but not set ``Admi
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import pwd
@@ -27,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +228,7 @@ def test_the_controller_runs_as_an_operator_and_without_the_admin_level_touches_
     operator_cluster: Cluster, work_dir: Path
 ) -> None:
     live = operator_cluster
+    since = datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
     operator, owner = operator_user(), job_user()
     assert operator.pw_uid != 0 and owner.pw_uid not in {0, operator.pw_uid}
     set_admin_level(live, "Operator")
@@ -306,6 +309,20 @@ def test_the_controller_runs_as_an_operator_and_without_the_admin_level_touches_
     running = wait_state(config, victim, "RUNNING", timeout_s=60.0)
     assert running.gpus_per_node == 2 and len(running.nodes) == 1
     assert json.loads(plan.with_name(f"{victim}.json").read_text())["version"] >= 3
+
+    # `mosaic report` as the operator: Slurm kept no AdminComment, so why each run started
+    # comes from the store's action log. The victim's resume is a restart after its
+    # preemption, its resize a restart; neither a migration, whatever nodes the runs had.
+    def victim_counts() -> tuple[int, int, int] | None:
+        argv = [str(MOSAIC), "report", "--config", str(toml), "--since", since, "--format", "json"]
+        doc = json.loads(as_user(operator, argv, live).stdout)
+        row = next((r for r in csv.DictReader(doc["jobs"]) if r["job_id"] == victim), None)
+        if row is None:
+            return None
+        counts = (int(row["restarts"]), int(row["migrations"]), int(row["preemptions"]))
+        return counts if counts[0] == 2 else None
+
+    assert wait_for("sacct to record the victim's three runs", victim_counts, timeout_s=30) == (2, 0, 1)
 
     # Without the AdminLevel: the same controller, a job to start and one to preempt for it.
     set_admin_level(live, "None")

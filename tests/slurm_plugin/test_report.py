@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from planner.relaunch import Change
-from slurm_plugin.report import Run, build_report, run_change, summary
-from slurm_plugin.slurm.parse import parse_parsable
+from slurm_plugin.report import Run, build_report, run_change, summary, with_store_starts
+from slurm_plugin.slurm.parse import parse_parsable, parse_time
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 HEADER = "JobID|JobName|Partition|State|Submit|Start|End|Elapsed|AllocTRES|ReqTRES|NodeList|Comment"
@@ -123,3 +124,61 @@ def test_a_relaunch_is_a_restart_but_no_preemption_and_a_move_is_a_migration():
     (record,) = build_report(rows, ["gpu"], now=_t("2026-01-01T00:07:00")).records
     # Resized, moved, resumed on n4 after a preemption, preempted again and still waiting.
     assert (record.restarts, record.migrations, record.preemptions) == (3, 1, 2)
+
+
+def _store_starts(rows, delay_s=0.4):
+    """The store's applied starts that the rows' audit lines came from: each recorded
+    ``delay_s`` after its run started, as the controller records a start once released."""
+    starts = {}
+    for row in rows:
+        m = re.match(r"mosaic (\S+) (.*)", row.get("AdminComment", ""))
+        start = parse_time(row["Start"])
+        if m is not None and start is not None:
+            starts.setdefault(row["JobID"], []).append((start + delay_s, m.group(1), m.group(2)))
+    return {job: sorted(set(entries)) for job, entries in starts.items()}
+
+
+def test_an_operators_report_reads_why_each_run_started_from_the_store():
+    # The demo run above, as an Operator's controller leaves it: no AdminComment in sacct
+    # (Slurm refuses it to an Operator), the start lines in the store's action log only.
+    rows = parse_parsable((DATA / "sacct_demo_las.txt").read_text())
+    starts = _store_starts(rows)
+    bare = [{**row, "AdminComment": ""} for row in rows]
+    assert _totals(build_report(bare, ["gpu"], now=2e9).records) == (20, 19, 1)  # nodes alone
+    filled = with_store_starts(bare, starts)
+    assert [r["AdminComment"] for r in filled] == [r["AdminComment"] for r in rows]
+    assert _totals(build_report(filled, ["gpu"], now=2e9).records) == (20, 0, 20)
+
+
+def test_store_starts_that_made_no_run_or_came_too_late_are_not_taken():
+    def row(start, end, nodes, state="REQUEUED"):
+        return {"JobID": "5", "Partition": "gpu", "State": state, "Submit": "2026-01-01T00:00:00",
+                "Start": start, "End": end, "AllocTRES": "cpu=4,gres/gpu=1", "ReqTRES": "gres/gpu=1",
+                "NodeList": nodes, "Comment": "", "AdminComment": ""}  # fmt: skip
+
+    rows = [
+        row("2026-01-01T00:01:00", "2026-01-01T00:05:00", "n1"),
+        row("2026-01-01T00:09:00", "2026-01-01T00:12:00", "n1"),
+        row("2026-01-01T00:20:00", "2026-01-01T00:30:00", "n2", "COMPLETED"),
+    ]
+    t = {k: parse_time(r["Start"]) for k, r in enumerate(rows)}
+    starts = {
+        "5": [
+            (t[0] + 0.3, "r1-start-5", "placed"),
+            (t[0] + 60.0, "r2-start-5", "placed (already running as planned)"),  # made no run
+            (t[1] - 200.0, "r4-start-5", "moved (released; Slurm: pending, Resources)"),  # started later
+            (t[2] + 2.5, "r9-start-5", "placed"),  # recorded too long after the third run started
+        ]
+    }
+    filled = with_store_starts(rows, starts)
+    assert [r["AdminComment"] for r in filled] == [
+        "mosaic r1-start-5 placed",
+        "mosaic r4-start-5 moved (released; Slurm: pending, Resources)",
+        "",  # no start of the controller's: the nodes tell (n1 -> n2, a move)
+    ]
+    (record,) = build_report(filled, ["gpu"], now=2e9).records
+    # Run 2 on the same node, by its line a move; run 3 on another node, by its nodes a move.
+    assert (record.restarts, record.migrations, record.preemptions) == (2, 2, 0)
+    # A run with its own start line keeps it.
+    own = [{**rows[0], "AdminComment": "mosaic r7-start-5 placed n1:1gpu"}]
+    assert with_store_starts(own, starts)[0]["AdminComment"] == "mosaic r7-start-5 placed n1:1gpu"

@@ -56,6 +56,18 @@ def test_action_log_is_keyed_by_request_id_and_counts_stops(tmp_path):
     assert store.stops_since("7", 0.0) == 2 and store.stops_since("7", 1500.0) == 1
 
 
+def test_applied_starts_are_listed_per_job_oldest_first(tmp_path):
+    store = Store(tmp_path / "m.db")
+    store.log_action("r1-start-7", 1, "7", "start", "done", "placed", 1000.0)
+    store.log_action("r2-stop-7", 2, "7", "stop", "done", "moved", 1990.0)
+    store.log_action("r2-start-7", 2, "7", "start", "done", "moved", 2000.0)
+    store.log_action("r2-start-8", 2, "8", "start", "failed", "placed", 2000.0)
+    store.log_action("r3-start-9", 3, "9", "start", "planned", "placed", 3000.0)
+    store.log_action("r0-start-6", 0, "6", "start", "done", "placed", 10.0)
+    want = [(1000.0, "r1-start-7", "placed"), (2000.0, "r2-start-7", "moved")]
+    assert store.starts_done(500.0) == {"7": want}
+
+
 def test_store_uses_wal_so_readers_do_not_block_the_controller(tmp_path):
     Store(tmp_path / "m.db").close()
     mode = sqlite3.connect(tmp_path / "m.db").execute("PRAGMA journal_mode").fetchone()[0]

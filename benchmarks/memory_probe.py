@@ -20,12 +20,13 @@ allocator keeps free, not objects anybody holds.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 import sys
 import tracemalloc
 from pathlib import Path
 from typing import Any
+
+from slurm_plugin.controller.memory import libc, sqlite_memory_mb
 
 TRACE_FRAMES = 8  # frames kept per allocation (a tick's call chains are deep)
 DIFF_TOP = 15
@@ -43,42 +44,21 @@ class _Mallinfo2(ctypes.Structure):
 
 
 def _libc() -> Any:
-    name = ctypes.util.find_library("c")
-    if name is None:
+    """glibc with ``mallinfo2`` typed (``None``: not glibc, or glibc older than 2.33)."""
+    lib = libc()
+    if lib is None:
         return None
     try:
-        libc = ctypes.CDLL(name)
-        libc.mallinfo2.restype = _Mallinfo2
-    except (OSError, AttributeError):  # not glibc, or glibc older than 2.33
+        lib.mallinfo2.restype = _Mallinfo2
+    except AttributeError:
         return None
-    return libc
-
-
-def _sqlite_memory_used() -> Any:
-    """SQLite's ``sqlite3_memory_used`` from the library Python's ``sqlite3`` module is linked
-    with (``None`` where it is not reachable, e.g. SQLite built into the module)."""
-    try:
-        import _sqlite3
-
-        lib = ctypes.CDLL(_sqlite3.__file__)
-        used = lib.sqlite3_memory_used
-    except (ImportError, OSError, AttributeError):
-        return None
-    used.restype = ctypes.c_int64
-    used.argtypes = []
-    return used
-
-
-_SQLITE_MEMORY_USED = _sqlite_memory_used()
+    return lib
 
 
 def sqlite_mb() -> float | None:
-    """Bytes SQLite holds now in this process (page caches, prepared statements, schema), MB:
-    one connection's page cache grows with the store up to ``cache_size`` (2 MB by default)."""
-    if _SQLITE_MEMORY_USED is None:
-        return None
-    used: int = _SQLITE_MEMORY_USED()
-    return round(used / 2**20, 3)
+    """Bytes SQLite holds now in this process, MB (:func:`sqlite_memory_mb`): one
+    connection's page cache grows with the store up to ``cache_size`` (2 MB by default)."""
+    return sqlite_memory_mb()
 
 
 def smaps_rollup_mb() -> dict[str, float]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from slurm_plugin.controller.memory import sqlite_memory_mb
 from slurm_plugin.store import Store
 
 
@@ -131,14 +132,12 @@ def test_reading_jobs_by_id_prepares_one_statement_whatever_the_count(tmp_path):
     # The sqlite3 module caches 128 prepared statements per connection: one SQL text per
     # count of ids asked for kept up to 128 statements of hundreds of variables (~10 MB)
     # in the controller's memory.
-    from benchmarks.memory_probe import sqlite_mb
-
     store = Store(tmp_path / "s.db")
     store.add_jobs([(str(k), 1, {"model": "m"}) for k in range(500)], 10.0)
     store.jobs([str(k) for k in range(500)])  # the pages and one statement, once
-    before = sqlite_mb()
+    before = sqlite_memory_mb()
     for count in range(1, 500, 3):
         assert len(store.jobs([str(k) for k in range(count)])) == count
-    after = sqlite_mb()
+    after = sqlite_memory_mb()
     assert before is not None and after is not None
     assert after - before < 1.0, (before, after)

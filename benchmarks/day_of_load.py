@@ -102,6 +102,7 @@ def controller_worker(
     import resource
 
     from benchmarks import memory_probe
+    from slurm_plugin.controller.memory import sqlite_memory_mb
 
     probe = memory_probe.Probe() if diagnose else None
 
@@ -157,7 +158,7 @@ def controller_worker(
                 "actions": len(report.actions),
                 "failed": len(failed),
                 "rss_mb": round(_rss_mb(), 2),
-                "sqlite_mb": memory_probe.sqlite_mb(),
+                "sqlite_mb": sqlite_memory_mb(),
                 "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 2),
             }
         )

@@ -10,8 +10,8 @@ process. Each sample separates the three places a Python daemon's RSS can grow:
   fragmentation), ``hblkhd`` (large blocks in their own ``mmap``);
 * the kernel's view: ``/proc/self/smaps_rollup`` (``Rss``, ``Anonymous``).
 
-:func:`sqlite_mb` (SQLite's own allocations, part of glibc's in-use bytes) is cheap enough to
-sample every tick without ``--diagnose``.
+:func:`~slurm_plugin.controller.memory.sqlite_memory_mb` (SQLite's own allocations, part of
+glibc's in-use bytes) is cheap enough to sample every tick without ``--diagnose``.
 
 If RSS grows while the Python heap and ``uordblks`` stay flat, the growth is memory the
 allocator keeps free, not objects anybody holds.
@@ -26,7 +26,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from slurm_plugin.controller.memory import libc, sqlite_memory_mb
+from slurm_plugin.controller.memory import libc
 
 TRACE_FRAMES = 8  # frames kept per allocation (a tick's call chains are deep)
 DIFF_TOP = 15
@@ -53,12 +53,6 @@ def _libc() -> Any:
     except AttributeError:
         return None
     return lib
-
-
-def sqlite_mb() -> float | None:
-    """Bytes SQLite holds now in this process, MB (:func:`sqlite_memory_mb`): one
-    connection's page cache grows with the store up to ``cache_size`` (2 MB by default)."""
-    return sqlite_memory_mb()
 
 
 def smaps_rollup_mb() -> dict[str, float]:

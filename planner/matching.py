@@ -178,7 +178,8 @@ class _KindNetwork:
         cost: np.ndarray,
         extra: dict[tuple[int, int], float],
     ) -> None:
-        self.weights, self.cost = weights, cost
+        self.kinds: tuple[int, int] = weights.shape  # (row kinds, column kinds)
+        self.cost = cost
         n_a, n_b = weights.shape
         rows_named = Counter(r for r, _ in extra)
         cols_named = Counter(c for _, c in extra)
@@ -348,7 +349,7 @@ class _KindNetwork:
 
     def pairs(self) -> list[tuple[int, int]]:
         """The canonical matching of the flow (see :func:`assign_by_kind`)."""
-        n_a, n_b = self.weights.shape
+        n_a, n_b = self.kinds
         used_cols = [m[: int(f)] for m, f in zip(self.col_members, self.filled, strict=True)]
         pairs: list[tuple[int, int]] = []
         busy_rows: set[int] = set()

@@ -42,6 +42,7 @@ from planner.relaunch import Change
 from slurm_plugin.directives import decode_comment
 from slurm_plugin.slurm.parse import SlurmParseError, parse_time, tres_map
 from slurm_plugin.slurm.runner import SlurmCommandError
+from slurm_plugin.store import ALREADY_RUNNING
 
 _DBD_REFUSED = re.compile(r"connection to host:(\S+?):(\d+): Connection refused")
 
@@ -197,7 +198,7 @@ def with_store_starts(
     for row in out:
         by_job.setdefault(row.get("JobID", ""), []).append(row)
     for job_id, job_rows in by_job.items():
-        made = [s for s in starts.get(job_id, ()) if "(already " not in s[2]]
+        made = [s for s in starts.get(job_id, ()) if not s[2].endswith(ALREADY_RUNNING)]
         taken = 0  # made[:taken] belong to earlier runs
         previous: str | None = None
         for row in job_rows:

@@ -90,6 +90,11 @@ CREATE INDEX IF NOT EXISTS observations_by_point ON observations (model, shape, 
 """
 
 
+ALREADY_RUNNING = "(already running as planned)"
+"""The end of an applied start's detail when Slurm already ran the job as planned: the start
+made no new run (``mosaic report`` does not give it one)."""
+
+
 class StoreError(MosaicError):
     """The state store cannot be opened, read or written (names the file and what to do)."""
 

@@ -59,10 +59,19 @@ def run(args: argparse.Namespace) -> int:
         rows = client.sacct_runs(args.since, args.until)
     except SlurmCommandError as e:
         raise SlurmError(accounting_error(e)) from e
-    rows = _with_store_starts(config.store_path, rows)
-    report = build_report(rows, config.partitions, now)
+    # The controller's store (when this host has it): why each run started, where sacct's
+    # AdminComment lacks it (an Operator's controller), and the rounds' decision times.
+    store = Store(config.store_path) if config.store_path.exists() else None
+    try:
+        if store is not None and rows:
+            submits = [t for t in (parse_time(r.get("Submit", "")) for r in rows) if t is not None]
+            rows = with_store_starts(rows, store.starts_done(min(submits, default=now)))
+        report = build_report(rows, config.partitions, now)
+        decisions = _decision_times(store, report) if store is not None else []
+    finally:
+        if store is not None:
+            store.close()
     nodes = [n for n in client.nodes() if set(n.partitions) & set(config.partitions)]
-    decisions = _decision_times(config.store_path, report)
     doc = summary(
         report,
         cluster_gpus=sum(n.gpus for n in nodes),
@@ -90,33 +99,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _with_store_starts(store_path: Path, rows: list[dict[str, str]]) -> list[dict[str, str]]:
-    """The rows with the start lines an Operator's controller kept in its store only."""
-    submits = [t for t in (parse_time(r.get("Submit", "")) for r in rows) if t is not None]
-    if not store_path.exists() or not submits:
-        return rows
-    store = Store(store_path)
-    try:
-        starts = store.starts_done(min(submits))
-    finally:
-        store.close()
-    return with_store_starts(rows, starts)
-
-
-def _decision_times(store_path: Path, report: Report) -> list[float]:
+def _decision_times(store: Store, report: Report) -> list[float]:
     """The controller's decision times for the rounds inside the report's window."""
-    if not store_path.exists() or not report.records:
+    if not report.records:
         return []
     first = min(r.submit_time_s for r in report.records)
-    store = Store(store_path)
-    try:
-        return [
-            float(r.plan.get("decision_time_s", 0.0))
-            for r in store.rounds(100_000)
-            if r.time_s >= first and r.status != "dry-run"
-        ]
-    finally:
-        store.close()
+    return [
+        float(r.plan.get("decision_time_s", 0.0))
+        for r in store.rounds(100_000)
+        if r.time_s >= first and r.status != "dry-run"
+    ]
 
 
 def write_plot(report: Report, path: Path, total_gpus: int) -> None:

@@ -40,7 +40,7 @@ from slurm_plugin.controller.rounddiff import (
 from slurm_plugin.slurm.backend import SlurmClient
 from slurm_plugin.slurm.parse import SlurmJob
 from slurm_plugin.slurm.runner import SlurmError
-from slurm_plugin.store import Store
+from slurm_plugin.store import ALREADY_RUNNING, Store
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +261,7 @@ class Actuator:
         """A start Slurm made already, as planned (the job was released earlier, e.g. by a
         controller that died before it saw the job start): done, and, as for every applied
         start, the AdminComment names it."""
-        detail = f"{a.reason} (already running as planned)"
+        detail = f"{a.reason} {ALREADY_RUNNING}"
         self._audit(a, round_id, detail)
         self._done(a, round_id, result, detail)
 

@@ -1,4 +1,5 @@
-"""The controller hands the memory a tick freed back to the kernel (glibc's malloc_trim)."""
+"""The controller hands the memory a tick freed back to the kernel (glibc's malloc_trim), and
+reads SQLite's own memory (the state store's share)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,20 @@ def test_freed_small_blocks_leave_the_resident_set_after_a_trim() -> None:
 def test_without_the_c_library_s_trim_it_says_so(monkeypatch) -> None:
     monkeypatch.setattr(memory, "_malloc_trim", lambda: None)
     assert memory.release_free_memory() is False
+
+
+def test_sqlite_memory_is_read_from_the_library_the_sqlite3_module_uses(tmp_path) -> None:
+    import sqlite3
+
+    before = memory.sqlite_memory_mb()
+    assert before is not None  # Debian's Python links libsqlite3
+    db = sqlite3.connect(tmp_path / "x.db")
+    db.execute("CREATE TABLE t (x TEXT)")
+    db.executemany("INSERT INTO t VALUES (?)", [("x" * 200,)] * 20000)
+    db.commit()
+    db.execute("SELECT count(*) FROM t").fetchone()
+    during = memory.sqlite_memory_mb()
+    db.close()
+    assert during is not None and during > before + 1.0  # the connection's page cache, ~2 MB
+    after = memory.sqlite_memory_mb()
+    assert after is not None and after < during

@@ -19,27 +19,28 @@ back to the simulator or controller, and the next snapshot hands it in again.
 
 A pending job's place in the order changes only when it is promoted, and the simulator
 hands in the very same :class:`Job` object while nothing about the job changes; so
-:meth:`Tiresias.order` remembers, per job object, its sort key and the wait after which
-it would be promoted, and recomputes only jobs it has not seen as they are. A running
-job's entry is a new object every round (its service grew), but its place changes only
-when its service reaches its queue's threshold: its key is remembered with the state
-object it was computed from and that threshold, and reused while the job still runs,
-carries the very same state, the same submission time, and has less service. That memo
-is a cache of a pure function of what it checks: the order is the same with or without
-it, and it holds only the last snapshot's jobs.
+:meth:`Tiresias.order` keeps, per job, the object it last worked out and holds its sort
+key while that very object comes back (a waiting one until its promotion wait), and
+works out only new objects. A running job's entry is a new object every round (its
+service grew), but its place changes only when its service reaches its queue's
+threshold: its key is remembered with the state object it was computed from and that
+threshold. The order itself is kept as a sorted list and brought up to date by
+bisection. All of it is a cache of a pure function of what it checks: the order is the
+same as a fresh policy's (tests/planner/test_incremental_exact.py checks it round by
+round), and it holds only the last snapshot's jobs.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
-from operator import itemgetter
 from typing import Any, ClassVar, Self
 
-from planner.model import Job, Snapshot
+from planner.model import Job, JobState, Snapshot
 from planner.policies.common import arrival_key, options_reader
 from planner.registry import StageContext
 from planner.stages import ORDERINGS
@@ -49,6 +50,105 @@ from planner.stages import ORDERINGS
 DEFAULT_THRESHOLDS_GPU_S: tuple[float, ...] = (3600.0,)
 # Promote once a job has waited 8x as long as it has executed (a STARVELIMIT multiple).
 DEFAULT_PROMOTE_KNOB = 8.0
+
+
+class _Incremental:
+    """What :meth:`Tiresias.order` keeps from round to round, to work on what changed only.
+
+    A :class:`Job` is immutable, so a job object handed in again is the job as it was; the
+    simulator hands in the very same objects for every job whose state did not change (all
+    the waiting ones: at twice a cluster's capacity, thousands every round).
+
+    * ``held``: job id -> the job object whose sort key and output are known to hold: a
+      running job below its demotion threshold (for as long as that object is handed in:
+      the answer depends only on it), a waiting one until its promotion wait. ``waits``
+      has the latter's (waiting since, promotion wait), and ``due`` is a heap of their
+      approximate promotion times; each round the ones that may be due are tested exactly
+      as ``transition`` tests them, and those due are no longer held.
+    * ``keys``/``sorted``: each job's sort key and the (key, job id) pairs in order; a round
+      changes few keys (arrivals, completions, demotions, promotions), so the order is
+      brought up to date by bisection instead of sorting every job again. The keys are
+      unique (they end with the job id), so it is the one order they define.
+    * ``out``: job id -> the job as ordered (with its state); ``running_memo``: job id ->
+      (its policy state object, submission time, sort key, demotion threshold) of a running
+      job whose state is already its own: a new object each round (its service grew), with
+      the same key while it runs with the same state below the threshold.
+    """
+
+    __slots__ = ("counter", "due", "held", "keys", "out", "running_memo", "sorted", "waits")
+
+    def __init__(self) -> None:
+        self.held: dict[str, Job] = {}
+        self.waits: dict[str, tuple[float, float]] = {}
+        self.due: list[tuple[float, int, str, Job]] = []  # (approximate time, tie, id, job)
+        self.counter = 0
+        self.keys: dict[str, _Key] = {}
+        self.sorted: list[tuple[_Key, str]] = []
+        self.out: dict[str, Job] = {}
+        self.running_memo: dict[str, _RunningMemo] = {}
+
+    def promote_due(self, now: float) -> None:
+        """Stop holding the waiting jobs whose promotion wait has passed at ``now``."""
+        due, held, waits = self.due, self.held, self.waits
+        # The heap's times are waiting + wait, which rounding may put a little after the
+        # exact test's moment: everything within a margin is tested exactly.
+        margin = max(1.0, abs(now) * 1e-9)
+        early = []
+        while due and due[0][0] <= now + margin:
+            entry = heapq.heappop(due)
+            job_id = entry[2]
+            if held.get(job_id) is not entry[3]:
+                continue  # no longer held as it was when queued
+            waiting, wait = waits[job_id]
+            if now - waiting >= wait:
+                del held[job_id]
+            else:
+                early.append(entry)
+        for entry in early:
+            heapq.heappush(due, entry)
+
+    def hold(self, job: Job, waiting: float, wait: float) -> None:
+        """A waiting ``job``'s key and output hold while ``not now - waiting >= wait``."""
+        self.held[job.id] = job
+        if not math.isinf(wait):
+            self.waits[job.id] = (waiting, wait)
+            self.counter += 1
+            heapq.heappush(self.due, (waiting + wait, self.counter, job.id, job))
+            if len(self.due) > 2 * len(self.waits) + 1024:  # entries no longer held: drop
+                held = self.held
+                self.due[:] = [e for e in self.due if held.get(e[2]) is e[3]]
+                heapq.heapify(self.due)
+
+    def forget(self, gone: set[str]) -> None:
+        """Drop what is kept for jobs no longer in the snapshot (but their keys: reorder)."""
+        for job_id in gone:
+            self.held.pop(job_id, None)
+            self.waits.pop(job_id, None)
+            self.running_memo.pop(job_id, None)
+            del self.out[job_id]
+
+    def reorder(self, gone: set[str], changed: Mapping[str, _Key]) -> None:
+        """Bring the sorted (key, job id) list from the last order to this one: the jobs
+        that left or moved are taken out and the moved and new put in by bisection, or,
+        when that is much of the list, it is sorted again."""
+        keys, ordered = self.keys, self.sorted
+        if 4 * (len(gone) + len(changed)) <= len(ordered):
+            for job_id in (*gone, *(job_id for job_id in changed if job_id in keys)):
+                item = (keys[job_id], job_id)
+                i = bisect.bisect_left(ordered, item)
+                if i == len(ordered) or ordered[i][1] != job_id:
+                    break  # not where its key says (cannot happen): sort again below
+                del ordered[i]
+                del keys[job_id]
+            else:
+                for job_id, key in changed.items():
+                    keys[job_id] = key
+                    bisect.insort(ordered, (key, job_id))
+                return
+        for job_id in gone:
+            keys.pop(job_id, None)
+        keys.update(changed)
+        ordered[:] = sorted(zip(keys.values(), keys.keys(), strict=True))
 
 
 @ORDERINGS.register("tiresias")
@@ -63,19 +163,8 @@ class Tiresias:
     thresholds_gpu_s: tuple[float, ...] = DEFAULT_THRESHOLDS_GPU_S
     promote_knob: float = DEFAULT_PROMOTE_KNOB
     preemptive_by_default: ClassVar[bool] = True
-    # job id -> (the Job object, (sort key, the job with its state), waiting since, promotion
-    # wait): a pending job's entry holds until its wait reaches the promotion wait.
-    _memo: dict[str, _Memo] = field(default_factory=dict, init=False, repr=False, compare=False)
-    # job id -> (its policy state object, submission time, sort key, demotion threshold) of
-    # a running job whose state was already its own (no update): holds below the threshold.
-    _running_memo: dict[str, _RunningMemo] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
-    # The last order, as job ids. The next round walks the jobs in it (new jobs after), so
-    # the sort meets a list already in order but for new jobs and changed keys, and timsort
-    # needs about one comparison per job instead of log2(n). The keys are unique (they end
-    # with the job id), so the order does not depend on the walk's.
-    _last: list[str] = field(default_factory=list, init=False, repr=False, compare=False)
+    # What the last rounds computed, kept to compute only what changed (see _Incremental).
+    _state: _Incremental = field(default_factory=_Incremental, init=False, repr=False, compare=False)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
@@ -120,63 +209,72 @@ class Tiresias:
 
     def order(self, snapshot: Snapshot) -> Sequence[Job]:
         now = snapshot.time_s
-        memo, running_memo = self._memo, self._running_memo
-        seen: dict[str, _Memo] = {}
-        seen_running: dict[str, _RunningMemo] = {}
-        keyed: list[tuple[tuple[int, float, tuple[float, tuple[int, int, str]]], Job]] = []
+        st = self._state
+        jobs = snapshot.jobs
+        st.promote_due(now)
+        held = st.held
+        held_get = held.get
+        todo = [job for job in jobs if held_get(job.id) is not job]
+        running = JobState.RUNNING
+        running_memo, keys, out = st.running_memo, st.keys, st.out
         thresholds = self.thresholds_gpu_s
-        last = self._last
-        walk: Sequence[Job] = snapshot.jobs
-        if last:
-            by_id = {job.id: job for job in walk}
-            walk = [job for i in last if (job := by_id.pop(i, None)) is not None]
-            walk.extend(by_id.values())  # new since the last order, in the snapshot's order
-        for job in walk:
-            entry = memo.get(job.id)
-            if entry is not None and entry[0] is job and not now - entry[2] >= entry[3]:
-                seen[job.id] = entry
-                keyed.append(entry[1])
-                continue
+        changed: dict[str, _Key] = {}  # job id -> its new sort key, where it moved
+        known = len(jobs) - len(todo)  # jobs of the last order: every held one, and below
+        for job in todo:
+            job_id = job.id
             state = job.policy_state
-            run = running_memo.get(job.id)
+            run = running_memo.get(job_id)
             if (
                 run is not None
                 and run[0] is state
                 and job.attained_gpu_s < run[3]
                 and job.submit_time_s == run[1]
-                and job.is_running
+                and job.state is running
+                and job.assignment is not None  # is_running, inline
             ):
                 # transition() keeps (queue, since) and the job as it is: same state, below
                 # the threshold that would demote it, still running.
-                seen_running[job.id] = run
-                keyed.append((run[2], job))
-                continue
-            queue, since = self.transition(job, now)
-            updated = job
-            if state is None or state.get("q") != queue or state.get("since") != since:
-                updated = job.with_policy_state({"q": queue, "since": since})
-            key = (queue, since, arrival_key(job))
-            keyed.append((key, updated))
-            if updated is job and not job.is_running and self._has_state(job):
-                # Unchanged until promoted: transition() gives (queue, since) again as long
-                # as the job waits less than the promotion wait (never, if it cannot be).
-                waiting, limit = job.waiting_since(), math.inf
-                if queue > 0 and self.promote_knob > 0 and job.attained_gpu_s > 0:
-                    limit = self.promote_knob * (job.attained_gpu_s / job.num_gpus)
-                seen[job.id] = (job, (key, updated), waiting, limit)
-            elif updated is job and job.is_running and self._has_state(job):
-                # Demoted once its service reaches its queue's upper threshold (never from
-                # the last queue).
-                below = thresholds[queue] if queue < len(thresholds) else math.inf
-                seen_running[job.id] = (state, job.submit_time_s, key, below)
-        memo.clear()
-        memo.update(seen)
-        running_memo.clear()
-        running_memo.update(seen_running)
-        keyed.sort(key=itemgetter(0))
-        ordered = [job for _, job in keyed]
-        last[:] = [job.id for job in ordered]
-        return ordered
+                key, updated = run[2], job
+                held[job_id] = job  # for as long as this object is handed in
+            else:
+                queue, since = self.transition(job, now)
+                updated = job
+                if state is None or state.get("q") != queue or state.get("since") != since:
+                    updated = job.with_policy_state({"q": queue, "since": since})
+                key = (queue, since, arrival_key(job))
+                old = keys.get(job_id)
+                if old is not None and old == key:
+                    key = old  # the memos hold the very key object the order holds
+                running_memo.pop(job_id, None)
+                if updated is job and self._has_state(job):
+                    if job.is_running:
+                        # Demoted once its service reaches its queue's upper threshold
+                        # (never from the last queue).
+                        below = thresholds[queue] if queue < len(thresholds) else math.inf
+                        running_memo[job_id] = (state, job.submit_time_s, key, below)
+                        held[job_id] = job
+                    else:
+                        # Unchanged until promoted: transition() gives (queue, since) again
+                        # as long as the job waits less than the promotion wait (never, if
+                        # it cannot be promoted).
+                        limit = math.inf
+                        if queue > 0 and self.promote_knob > 0 and job.attained_gpu_s > 0:
+                            limit = self.promote_knob * (job.attained_gpu_s / job.num_gpus)
+                        st.hold(job, job.waiting_since(), limit)
+                else:
+                    held.pop(job_id, None)
+            previous = keys.get(job_id)
+            if previous is not None:
+                known += 1
+            if previous is not key:
+                changed[job_id] = key
+            out[job_id] = updated
+        gone: set[str] = set()
+        if known < len(keys):  # some jobs of the last order are not in this snapshot
+            gone = keys.keys() - {job.id for job in jobs}
+            st.forget(gone)
+        st.reorder(gone, changed)
+        return [out[job_id] for _, job_id in st.sorted]
 
 
 _Key = tuple[int, float, tuple[float, tuple[int, int, str]]]

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
 from planner.model import Assignment, Job, JobState, Outcome, RoundPlan, Snapshot
 from planner.stages import Demand, Draft, Migration, Ordering, Packing, Placement, Reconfiguration, Shaping
@@ -103,18 +102,19 @@ def finalize(
 ) -> RoundPlan:
     """Turn a finished draft into a RoundPlan: the diff against what runs now, and reasons."""
     preempted, migrated, started, reshaped = [], [], [], []
-    reasons: dict[str, Outcome] = {}
     assignments, outcomes = draft.assignments, draft.outcomes
-    # One pass over the jobs (a simulation at twice a cluster's capacity finalizes thousands
-    # of waiting jobs every round): the order, the policy states and the reasons together.
-    order: list[str] = []
-    states: dict[str, Mapping[str, Any]] = {}
+    # A simulation at twice a cluster's capacity finalizes thousands of waiting jobs every
+    # round, nearly all neither running nor given GPUs: their order, policy states and
+    # reasons (the placement's outcome) are gathered in comprehensions, and only the jobs
+    # that run now or are given GPUs walk the diff, in priority order.
+    order = [job.id for job in ordered]
+    states = {job.id: state for job in ordered if (state := job.policy_state) is not None}
+    outcome_of = outcomes.get
+    no_capacity = Outcome.NO_CAPACITY
+    reasons: dict[str, Outcome] = {job_id: outcome_of(job_id, no_capacity) for job_id in order}
     running = JobState.RUNNING
-    for job in ordered:
+    for job in [job for job in ordered if job.state is running or job.id in assignments]:
         job_id = job.id
-        order.append(job_id)
-        if job.policy_state is not None:
-            states[job_id] = job.policy_state
         new = assignments.get(job_id)
         old = job.assignment if job.state is running else None
         if new is not None and new is old:  # kept as it is (the common case)
@@ -122,7 +122,6 @@ def finalize(
         elif new is None:
             if old is not None:
                 preempted.append(job_id)
-            reasons[job_id] = outcomes.get(job_id, Outcome.NO_CAPACITY)
         elif old is None:
             started.append(job_id)
             reasons[job_id] = Outcome.PLACED

@@ -217,13 +217,26 @@ class _Board:
                     entry = cache[i] = (stamp[i], {})
                 found = entry[1].get(g)
                 if found is None:
-                    coords = self.pick(i, g)
-                    ranks = self.victims(coords)
-                    key = (-ranks[0] if ranks else -_OPEN, len(ranks), n_free[i], i)
-                    found = entry[1][g] = (key, coords)
+                    found = entry[1][g] = self._displacement(i, g)
                 if fallback is None or found[0] < fallback[0]:
                     fallback = found
         return None if fallback is None else fallback[1]
+
+    def _displacement(self, i: int, g: int) -> _Candidate:
+        """Node i's ``g`` GPUs to take by displacing running jobs (:meth:`pick`'s), keyed
+        (-best victim rank, victims, free GPUs, i) as :meth:`victims` would rank them: the
+        chosen holders come in falling rank, so the last is the best one displaced and the
+        victims are the distinct ranks among them."""
+        taken, holder = self.taken[i], self.holder[i]
+        free = [(-holder[k], k) for k in range(len(taken)) if not taken[k]]
+        free.sort()
+        del free[g:]
+        victims, last = 0, 1  # h = -rank <= 0
+        for h, _ in free:
+            if h not in (-_OPEN, last):
+                victims += 1
+                last = h
+        return (free[-1][0] if victims else -_OPEN, victims, self.n_free[i], i), [(i, k) for _, k in free]
 
     def spanning(self, group: list[int], g: int) -> tuple[tuple[int, int, int], list[tuple[int, int]]] | None:
         """Fewest nodes of ``group`` holding ``g`` GPUs, displacing as little as possible.

@@ -286,6 +286,8 @@ class Simulator:
         # Their snapshot entries, in the same order, kept from round to round: only the
         # entries of jobs whose state changed (``_stale``) are rebuilt before a round.
         self._views: dict[str, Job] = {}
+        # The policy state each active job's plan last gave it (the object), by job id.
+        self._states: dict[str, Mapping[str, Any]] = {}
         self._stale: dict[str, _SimJob] = {}
         self.finished = 0
         self.allocated_gpu_s = 0.0
@@ -391,8 +393,12 @@ class Simulator:
     def _apply(self, plan: RoundPlan, t: float) -> None:
         restart = self.config.restart_cost_s
         active = self.active
-        for job_id, state in plan.policy_state.items():
-            job = active[job_id]
+        # Every job's state comes back every round, nearly all the very objects handed in
+        # (thousands at twice a cluster's capacity): those are passed over in one comprehension.
+        states, given_states = self._states, plan.policy_state
+        for job_id in [job_id for job_id, state in given_states.items() if states.get(job_id) is not state]:
+            job, state = active[job_id], given_states[job_id]
+            states[job_id] = state
             if job.policy_state is not state and job.policy_state != state:
                 job.policy_state = state
                 self._changed(job)
@@ -500,6 +506,7 @@ class Simulator:
             for job in done:
                 del self.active[job.trace.job_id]
                 del self._views[job.trace.job_id]
+                self._states.pop(job.trace.job_id, None)
                 self.finished += 1
                 self._finished_since_apply = True
             for job in done:

@@ -84,6 +84,26 @@ def test_placement_outcomes_and_gpus_equal_the_full_search():
             }
 
 
+def test_a_nodes_displacement_candidate_is_pick_and_victims():
+    # single_node ranks each node by the GPUs pick() takes and the victims() they displace;
+    # _displacement computes both in one pass. Random holders (rank 0 included), taken flags.
+    from planner.policies.placement import _OPEN
+
+    rng = random.Random(17)
+    for _ in range(2000):
+        node = make_node("n0", gpus=rng.choice([1, 2, 4, 8]))
+        board = _Board([node])
+        for k in range(node.gpus):
+            board.taken[0][k] = rng.random() < 0.3
+            board.holder[0][k] = rng.choice([_OPEN, 0, 0, 1, 2, 5])
+        board.n_free[0] = board.taken[0].count(False)
+        for g in range(1, board.n_free[0] + 1):
+            coords = board.pick(0, g)
+            ranks = board.victims(coords)
+            want = ((-ranks[0] if ranks else -_OPEN, len(ranks), board.n_free[0], 0), coords)
+            assert board._displacement(0, g) == want
+
+
 def test_a_full_cluster_tells_each_waiting_job_why_as_the_full_search_does():
     # Two 4-GPU nodes, one with 3 GPUs busy: a 2-GPU job has no consolidated slot, a
     # 1-GPU job fits, and the answers for later jobs follow every GPU taken.
@@ -139,6 +159,60 @@ def test_tiresias_order_with_its_memo_equals_a_fresh_policy_each_round():
         jobs = nxt
         now += rng.choice([30.0, 200.0, 900.0])
     assert promoted > 0  # the case the memo must not miss
+
+
+def test_tiresias_kept_order_equals_a_fresh_policy_as_jobs_come_run_and_go():
+    # One policy over rounds in which jobs arrive and leave, start and stop, run past their
+    # queue's threshold (demotion), wait past their promotion wait, and keep their objects
+    # while nothing about them changes (as the simulator hands them in); the clock may also
+    # step back, as a caller replaying snapshots may. Each round's order and states must be
+    # those of a fresh policy.
+    rng = random.Random(13)
+    thresholds, knob = (100.0, 1000.0), 2.0
+    policy = Tiresias(thresholds_gpu_s=thresholds, promote_knob=knob)
+    slots = [(f"n{i}", k) for i in range(4) for k in range(8)]
+    jobs: dict[str, Job] = {}
+    next_id = 0
+    now = 100.0
+    seen = {"promoted": 0, "demoted": 0, "left": 0, "reused": 0}
+    for _ in range(120):
+        for _ in range(rng.randint(0, 4)):  # arrivals
+            jobs[str(next_id)] = make_job(next_id, rng.choice([1, 2]), submit=now - rng.random() * 10)
+            next_id += 1
+        for job_id in rng.sample(sorted(jobs), k=min(len(jobs), rng.randint(0, 2))):  # completions
+            del jobs[job_id]
+            seen["left"] += 1
+        snapshot = make_snapshot([make_node()], jobs.values(), time_s=now)
+        got = policy.order(snapshot)
+        want = Tiresias(thresholds_gpu_s=thresholds, promote_knob=knob).order(snapshot)
+        assert [(j.id, j.policy_state) for j in got] == [(j.id, j.policy_state) for j in want]
+        before = {j.id: j for j in snapshot.jobs}
+        seen["reused"] += sum(1 for j in got if j is before[j.id])
+        for j in got:
+            old = (before[j.id].policy_state or {}).get("q")
+            new = j.policy_state["q"]
+            seen["promoted"] += old is not None and new < old
+            seen["demoted"] += old is not None and new > old
+        # The world: states applied, some jobs run a round (service grows; a few stop), the
+        # rest keep their objects unless their state changed.
+        free = list(slots)
+        rng.shuffle(free)
+        step = rng.choice([30.0, 200.0, 900.0, -50.0])
+        nxt: dict[str, Job] = {}
+        for job in got:
+            src = before[job.id]
+            job = job if job.policy_state != src.policy_state else src  # noqa: PLW2901
+            if job.is_running and rng.random() < 0.2:  # preempted
+                job = replace(job, state=JobState.PENDING, assignment=None, pending_since_s=now)  # noqa: PLW2901
+            elif job.is_running:
+                job = replace(job, attained_gpu_s=job.attained_gpu_s + job.num_gpus * max(step, 0.0))  # noqa: PLW2901
+            elif rng.random() < 0.15 and len(free) >= job.num_gpus:  # starts
+                job = running(job, [free.pop() for _ in range(job.num_gpus)])  # noqa: PLW2901
+                job = replace(job, pending_since_s=None)  # noqa: PLW2901
+            nxt[job.id] = job
+        jobs = nxt
+        now += step
+    assert all(count > 0 for count in seen.values()), seen  # every case the kept state must not miss
 
 
 class _EagerReservations(ConsolidatedPlacement):

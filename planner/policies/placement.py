@@ -40,6 +40,8 @@ from planner.stages import PLACEMENTS, Draft
 _OPEN = 1 << 30  # holder rank of a GPU no running job is waiting to keep
 _Candidate = tuple[tuple[int, int, int, int], list[tuple[int, int]]]
 """A node's best ``g`` GPUs to displace running jobs from: (sort key, board coordinates)."""
+_Cached = tuple[int, tuple[int, int, int, int], list[tuple[int, int]]] | None
+"""A node's candidate as found at a stamp: (stamp, sort key, board coordinates)."""
 
 
 class _Board:
@@ -81,10 +83,13 @@ class _Board:
         self.kept_early: list[list[tuple[int, int]]] = []
         self.type_of = [n.gpu_type for n in nodes]
         # Per node, a count bumped whenever one of its GPUs is taken or changes holder, and
-        # the displacement candidates found at that count, {g: (key, coords)} (see
-        # single_node): between two searches only the nodes a visit touched are searched again.
+        # per GPU count g, each node's displacement candidate found at a count, (count, key,
+        # coords) (see single_node): between two searches only the nodes a visit touched are
+        # searched again.
         self.stamp = [0] * len(nodes)
-        self.candidates: list[tuple[int, dict[int, _Candidate]] | None] = [None] * len(nodes)
+        self.candidates: dict[
+            int, list[tuple[int, tuple[int, int, int, int], list[tuple[int, int]]] | None]
+        ] = {}
 
     def materialize(self) -> None:
         """Write the deferred reservations: the per-GPU state a search reads becomes what
@@ -208,19 +213,20 @@ class _Board:
         # Displace running jobs: the lowest-priority ones, as few as possible, best fit. A
         # node's candidate depends only on its GPUs' taken flags and holders (and g): it is
         # reused until one of them changes.
-        fallback: _Candidate | None = None
-        n_free, stamp, cache = self.n_free, self.stamp, self.candidates
+        best_key, best_coords = None, None
+        n_free, stamp = self.n_free, self.stamp
+        cache = self.candidates.get(g)
+        if cache is None:
+            cache = self.candidates[g] = [None] * len(self.nodes)
         for i in group:
             if n_free[i] >= g:
                 entry = cache[i]
                 if entry is None or entry[0] != stamp[i]:
-                    entry = cache[i] = (stamp[i], {})
-                found = entry[1].get(g)
-                if found is None:
-                    found = entry[1][g] = self._displacement(i, g)
-                if fallback is None or found[0] < fallback[0]:
-                    fallback = found
-        return None if fallback is None else fallback[1]
+                    key, coords = self._displacement(i, g)
+                    entry = cache[i] = (stamp[i], key, coords)
+                if best_key is None or entry[1] < best_key:
+                    best_key, best_coords = entry[1], entry[2]
+        return best_coords
 
     def _displacement(self, i: int, g: int) -> _Candidate:
         """Node i's ``g`` GPUs to take by displacing running jobs (:meth:`pick`'s), keyed
@@ -228,6 +234,12 @@ class _Board:
         chosen holders come in falling rank, so the last is the best one displaced and the
         victims are the distinct ranks among them."""
         taken, holder = self.taken[i], self.holder[i]
+        if g == 1:  # most jobs: the free GPU of the lowest-priority holder, the first of ties
+            best, slot = -1, -1
+            for k, t in enumerate(taken):
+                if not t and holder[k] > best:
+                    best, slot = holder[k], k
+            return (-best, 0 if best == _OPEN else 1, self.n_free[i], i), [(i, slot)]
         free = [(-holder[k], k) for k in range(len(taken)) if not taken[k]]
         free.sort()
         del free[g:]
@@ -332,6 +344,8 @@ class ConsolidatedPlacement:
         assignments: dict[str, Assignment] = {}
         outcomes: dict[str, Outcome] = {}
         blocked = False
+        failed = board.failed  # cleared in place
+        kept, infeasible = Outcome.KEPT, Outcome.INFEASIBLE
         for job in ordered:
             if held:
                 entry = held.pop(job.id, None)
@@ -339,8 +353,11 @@ class ConsolidatedPlacement:
                     coords = entry[0]
                     early = board.unvisited is not None
                     # Before the first search no GPU is taken but by the running jobs kept,
-                    # which hold other GPUs: this job's are all free.
-                    if (early or board.all_free(coords)) and self._type_ok(job, board, coords):
+                    # which hold other GPUs: this job's are all free. A job that names no
+                    # GPU type accepts its GPUs' type.
+                    if (early or board.all_free(coords)) and (
+                        (not job.gpu_types and job.gpu_type is None) or self._type_ok(job, board, coords)
+                    ):
                         if early:
                             board.keep_early(coords)
                         elif self.reserve:
@@ -354,7 +371,7 @@ class ConsolidatedPlacement:
                         assignments[job.id] = (
                             a if not a.shares_with else Assignment(a.gpus, a.cpus, a.mem_gb, a.plan)
                         )
-                        outcomes[job.id] = Outcome.KEPT
+                        outcomes[job.id] = kept
                         continue
                     if self.reserve and not early:
                         board.release(coords)
@@ -364,10 +381,10 @@ class ConsolidatedPlacement:
             if board.failed_version == board.version:
                 # _find's first answer, inline: at twice a cluster's capacity most of the
                 # walk is pending jobs whose demand already failed since a GPU was last taken.
-                known = board.failed.get((job.num_gpus, job.gpu_types, job.gpu_type))
+                known = failed.get((job.num_gpus, job.gpu_types, job.gpu_type))
                 if known is not None:
                     outcomes[job.id] = known
-                    if not self.backfill and known is not Outcome.INFEASIBLE:
+                    if known is not infeasible and not self.backfill:
                         blocked = True
                     continue
             outcome, slots = self._find(board, job)

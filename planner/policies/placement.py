@@ -105,8 +105,15 @@ class _Board:
                 n_open[i] -= 1
                 stamp[i] += 1
         self.kept_early = []
-        for coords, rank in unvisited.values():
-            self.reserve(coords, rank)
+        reserved, holder = self.reserved, self.holder
+        for coords, rank in unvisited.values():  # reserve(), inline: every running job, every round
+            for i, k in coords:
+                stamp[i] += 1
+                if reserved[i][k] == 0:
+                    n_open[i] -= 1
+                reserved[i][k] += 1
+                if rank < holder[i][k]:  # noqa: PLR1730 - no builtin call in this loop
+                    holder[i][k] = rank
 
     def keep_early(self, coords: list[tuple[int, int]]) -> None:
         """:meth:`keep` while reservations are deferred: the free counts now, the GPUs later."""
@@ -240,15 +247,18 @@ class _Board:
                 if not t and holder[k] > best:
                     best, slot = holder[k], k
             return (-best, 0 if best == _OPEN else 1, self.n_free[i], i), [(i, slot)]
-        free = [(-holder[k], k) for k in range(len(taken)) if not taken[k]]
-        free.sort()
+        # pick()'s order, (-holder, k), without building the pairs: a stable sort by holder,
+        # falling, keeps equal holders in GPU order.
+        free = [k for k, t in enumerate(taken) if not t]
+        free.sort(key=holder.__getitem__, reverse=True)
         del free[g:]
-        victims, last = 0, 1  # h = -rank <= 0
-        for h, _ in free:
-            if h not in (-_OPEN, last):
+        victims, last = 0, -1  # holder ranks are >= 0
+        for k in free:
+            h = holder[k]
+            if h != _OPEN and h != last:  # noqa: PLR1714 - two ints, no tuple built
                 victims += 1
                 last = h
-        return (free[-1][0] if victims else -_OPEN, victims, self.n_free[i], i), [(i, k) for _, k in free]
+        return (-holder[free[-1]] if victims else -_OPEN, victims, self.n_free[i], i), [(i, k) for k in free]
 
     def spanning(self, group: list[int], g: int) -> tuple[tuple[int, int, int], list[tuple[int, int]]] | None:
         """Fewest nodes of ``group`` holding ``g`` GPUs, displacing as little as possible.
@@ -347,7 +357,7 @@ class ConsolidatedPlacement:
         failed = board.failed  # cleared in place
         kept, infeasible = Outcome.KEPT, Outcome.INFEASIBLE
         for job in ordered:
-            if held:
+            if held and job.assignment is not None:  # only running jobs are held
                 entry = held.pop(job.id, None)
                 if entry is not None:
                     coords = entry[0]
@@ -407,10 +417,11 @@ class ConsolidatedPlacement:
         seen: dict[str, tuple[Assignment, list[tuple[int, int]] | None]] = {}
         held: dict[str, tuple[list[tuple[int, int]], int]] = {}
         running = JobState.RUNNING
-        for rank, job in enumerate(ordered):
-            a = job.assignment
-            if a is None or job.state is not running:
-                continue
+        # The running jobs picked out in a comprehension (at twice a cluster's capacity most
+        # of the order is waiting jobs).
+        for rank, job, a in [
+            (r, j, a) for r, j in enumerate(ordered) if (a := j.assignment) is not None and j.state is running
+        ]:
             entry = memo.get(job.id)
             if entry is None or entry[0] is not a:
                 entry = (a, board.slots_of(a))

@@ -109,9 +109,10 @@ def finalize(
     # that run now or are given GPUs walk the diff, in priority order.
     order = [job.id for job in ordered]
     states = {job.id: state for job in ordered if (state := job.policy_state) is not None}
-    outcome_of = outcomes.get
-    no_capacity = Outcome.NO_CAPACITY
-    reasons: dict[str, Outcome] = {job_id: outcome_of(job_id, no_capacity) for job_id in order}
+    reasons: dict[str, Outcome] = dict.fromkeys(order, Outcome.NO_CAPACITY)
+    reasons.update(outcomes)
+    if len(reasons) != len(order):  # an outcome for a job not in the order: not a reason
+        reasons = {job_id: outcomes.get(job_id, Outcome.NO_CAPACITY) for job_id in order}
     running = JobState.RUNNING
     for job in [job for job in ordered if job.state is running or job.id in assignments]:
         job_id = job.id

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from planner import plan_round
@@ -135,7 +135,12 @@ def test_a_guaranteed_job_within_quota_never_runs_below_its_submitted_plan(case)
     book = shared_book()
     curves = {j.id: job_curve(book, j, snapshot, name in ("rubick", "rubick-e")) for j in snapshot.jobs}
     quotas = {t.name: t.gpu_quota for t in TENANTS}
-    chosen = privileged(snapshot.jobs, quotas, rubick_usage(curves))
+    usage = rubick_usage(curves)
+    chosen = privileged(snapshot.jobs, quotas, usage)
+    # Rubick's guarantee presumes quotas the cluster can honour (§5.1): on one 8-GPU node the
+    # tenants' 8 + 4 GPUs oversubscribe it, and guaranteed jobs within their quotas may ask
+    # for more GPUs than there are. Then not all of them can have their submitted plan.
+    assume(sum(usage(j) for j in snapshot.jobs if j.id in chosen) <= sum(n.gpus for n in snapshot.nodes))
     for job in snapshot.jobs:
         a = plan.assignments.get(job.id)
         curve = curves[job.id]
@@ -149,7 +154,10 @@ def test_a_guaranteed_job_within_quota_never_runs_below_its_submitted_plan(case)
 @given(snapshots(False), st.sampled_from((*GUARANTEEING, "antman")))
 def test_quotas_hold(snapshot, name):
     book = shared_book()
-    curves = {j.id: job_curve(book, j, snapshot, True) for j in snapshot.jobs}
+    # Quota usage is minRes priced as the variant's ordering prices it (rubick-r and rubick-n
+    # search no plans: their minRes is that of the job's own plan).
+    plans = PRESETS[name].options.get("policy", {}).get("plans", True)
+    curves = {j.id: job_curve(book, j, snapshot, plans) for j in snapshot.jobs}
     quotas = {t.name: t.gpu_quota for t in TENANTS}
     usage = rubick_usage(curves) if name != "antman" else (lambda j: j.num_gpus)
     chosen = privileged(snapshot.jobs, quotas, usage)
@@ -230,6 +238,55 @@ def test_a_privileged_job_shrunk_below_its_guarantee_takes_back_gpus_from_best_e
     plan = plan_round(Snapshot(1000.0, nodes, jobs), schedulers("rubick"))
     assert plan.assignments["3"].num_gpus == 8
     assert set(plan.assignments) == {"3"}
+
+
+def test_a_privileged_job_below_its_target_switches_plan_whatever_the_restart_costs():
+    # Found by hypothesis outside the ``ci`` profile: job 5 (guaranteed, within quota, elastic
+    # 3-8) runs on 4 GPUs with ZeRO-2 + optimizer offload, below its target (its submitted plan
+    # on 8 GPUs); five 1-GPU best-effort jobs wait. Its best plan on the 4 GPUs (no offload)
+    # meets the target, so the stage counted it as restored, but the restart rule (§5.3: it has
+    # trained for nothing yet) kept the offload plan. The guarantee (§5.1) overrides the rule.
+    nodes = (Node("n0", 8, "a800", 96, 1600.0),)
+    offload = {"zero_stage": 2, "offload_optimizer": True}
+    held = Assignment(
+        tuple(("n0", k) for k in range(4)), 48, 800.0,
+        {"dp": 4, **offload, "micro_batch": 8, "grad_accum": 1, "global_batch": 32},
+    )  # fmt: skip
+    jobs = (
+        *(Job(str(k), 1, "bert", 0.0, batch_size=32) for k in range(5)),
+        Job("5", 8, "bert", 0.0, state=JobState.RUNNING, batch_size=32, tenant="a", guaranteed=True,
+            plan=offload, assignment=held, min_gpus=3, max_gpus=8),
+    )  # fmt: skip
+    snapshot = Snapshot(1000.0, nodes, jobs)
+    plan = plan_round(snapshot, schedulers("rubick"))
+    curve = job_curve(shared_book(), jobs[5], snapshot, True)
+    got = _throughput(snapshot, jobs[5], plan.assignments["5"])
+    assert curve is not None and curve.target is not None
+    assert got is not None and got >= curve.target * (1 - 1e-6)
+
+
+@pytest.mark.xfail(strict=True, reason="open: a drafted job with no feasible plan at its count is kept")
+def test_a_job_no_plan_fits_is_not_started_by_the_placement_either():
+    # Found by hypothesis outside the ``ci`` profile (replanning an applied plan changes it).
+    # Round 1: the placement drafts job 6 (2 GPUs) on the last two GPUs, Rubick evicts it to
+    # restore job 5's guarantee and leaves the GPU it does not need free: job 7 (LLaMA-7B on
+    # one GPU) has no plan that fits an A800's memory, so Rubick's admission does not start it.
+    # Round 2: the placement drafts job 7 on that free GPU and the stage keeps it as drafted.
+    nodes = (Node("n0", 8, "a800", 96, 1600.0),)
+    shrunk = Assignment(
+        (("n0", 0),), 12, 200.0, {"dp": 1, "micro_batch": 32, "grad_accum": 1, "global_batch": 32}
+    )
+    jobs = (
+        *(Job(str(k), 1, "bert", 0.0, batch_size=32) for k in range(5)),
+        Job("5", 2, "bert", 0.0, state=JobState.RUNNING, batch_size=32, tenant="a", guaranteed=True,
+            assignment=shrunk, min_gpus=1, max_gpus=2),
+        Job("6", 2, "bert", 0.0, batch_size=32),
+        Job("7", 1, "llama7", 0.0, batch_size=8),
+    )  # fmt: skip
+    snapshot = Snapshot(1000.0, nodes, jobs)
+    first = plan_round(snapshot, schedulers("rubick"))
+    second = plan_round(_next_round(snapshot, first), schedulers("rubick"))
+    assert second.assignments == first.assignments
 
 
 def test_a_moved_elastic_job_grows_without_waiting_for_the_restart_rule():

@@ -196,14 +196,16 @@ class _Work:
 
     def _meets(self, job: Job, point: Point | None) -> bool:
         """A privileged job's plan reaches its target (every other job: any feasible plan)."""
-        curve = self.curves[job.id]
-        if curve is None:
+        if self.curves[job.id] is None:
             return True
-        if point is None:
-            return False
-        if job.id in self.privileged and curve.target is not None:
-            return point.throughput >= curve.target * (1 - 1e-9)
-        return True
+        return point is not None and self._meets_at(job, point.throughput)
+
+    def _meets_at(self, job: Job, throughput: float) -> bool:
+        """``throughput`` reaches the job's target (a job that is not privileged has none)."""
+        curve = self.curves[job.id]
+        if curve is None or job.id not in self.privileged or curve.target is None:
+            return True
+        return throughput >= curve.target * (1 - 1e-9)
 
     def _slope(self, job: Job, gpus: int) -> float:
         curve = self.curves[job.id]
@@ -376,60 +378,105 @@ class _Work:
         """A privileged job drafted on GPUs where no plan reaches its target (an elastic job the
         last rounds shrank) takes back GPUs on its nodes from lower-ranked best-effort jobs,
         lowest first, and grows until it meets its target (§5.1: the guarantee holds throughout
-        its execution; best-effort jobs are preempted first)."""
+        its execution; best-effort jobs are preempted first). When even that cannot free enough
+        there (other privileged jobs hold the rest), it moves to the one node where it can: the
+        guarantee is worth a migration, as its growth is worth a restart."""
         for job in self.ordered:
             if not job.elastic or job.id not in self.assignments or not self._below_guarantee(job):
                 continue
-            need = self._guarantee_count(job)
-            if need is None:
-                continue
             a = self.assignments[job.id]
-            per_node = need // len(a.nodes) if need % len(a.nodes) == 0 else None
-            if per_node is None:
-                continue
-            short = {n: per_node - c - len(self.free.gpus[n]) for n, c in a.per_node}
-            victims = sorted(
-                (
-                    other
-                    for other, b in self.assignments.items()
-                    if other not in self.privileged
-                    and self.rank.get(other, -1) > self.rank[job.id]
-                    and not (other in self.jobs and keeps_its_gpus(self.jobs[other], self.stage.preemptive))
-                    and any(n in short for n in b.nodes)
-                ),
-                key=lambda other: -self.rank[other],
-            )
-            evicted: list[str] = []
-            for other in victims:
-                if all(v <= 0 for v in short.values()):
-                    break
-                b = self.assignments[other]
-                if not any(short.get(n, 0) > 0 for n in b.nodes):
+            need = self._guarantee_count(job, len(a.nodes), a.num_gpus + 1)
+            if need is not None and need % len(a.nodes) == 0:
+                per_node = need // len(a.nodes)
+                short = {n: per_node - c - len(self.free.gpus[n]) for n, c in a.per_node}
+                evicted = self._evictions(job, short)
+                if evicted is not None:
+                    self._evict(evicted)
+                    grown = self._grow(job, a, floor=need)
+                    if grown is not None:
+                        self.assignments[job.id] = grown
+                        self.changed.add(job.id)
                     continue
-                for n, c in b.per_node:
-                    if n in short:
-                        short[n] -= c
-                evicted.append(other)
-            if any(v > 0 for v in short.values()):
-                continue  # even evicting every best-effort job there would not be enough
-            for other in evicted:
-                b = self.assignments.pop(other)
-                self.free.give(b.gpus)
-                self.outcomes[other] = Outcome.NO_CAPACITY
-                self._donors = None
-                self._lowest = None
-                self._version += 1
-            grown = self._grow(job, a)
-            if grown is not None:
-                self.assignments[job.id] = grown
-                self.changed.add(job.id)
+            self._relocate(job, a)
 
-    def _guarantee_count(self, job: Job) -> int | None:
-        """The fewest GPUs (on the job's node count) whose best plan meets its target."""
+    def _evictions(self, job: Job, short: dict[str, int]) -> list[str] | None:
+        """The lower-ranked best-effort jobs to evict, lowest first, so that each node of
+        ``short`` gains what it lacks; None when evicting all of them would not do."""
+        short = dict(short)
+        victims = sorted(
+            (
+                other
+                for other, b in self.assignments.items()
+                if other not in self.privileged
+                and self.rank.get(other, -1) > self.rank[job.id]
+                and not (other in self.jobs and keeps_its_gpus(self.jobs[other], self.stage.preemptive))
+                and any(n in short for n in b.nodes)
+            ),
+            key=lambda other: -self.rank[other],
+        )
+        evicted: list[str] = []
+        for other in victims:
+            if all(v <= 0 for v in short.values()):
+                break
+            b = self.assignments[other]
+            if not any(short.get(n, 0) > 0 for n in b.nodes):
+                continue
+            for n, c in b.per_node:
+                if n in short:
+                    short[n] -= c
+            evicted.append(other)
+        return None if any(v > 0 for v in short.values()) else evicted
+
+    def _evict(self, evicted: Sequence[str]) -> None:
+        for other in evicted:
+            b = self.assignments.pop(other)
+            self.free.give(b.gpus)
+            self.outcomes[other] = Outcome.NO_CAPACITY
+            self._donors = None
+            self._lowest = None
+            self._version += 1
+
+    def _relocate(self, job: Job, a: Assignment) -> None:
+        """Move a privileged job below its guarantee to one node where the fewest GPUs that
+        meet its target are free or held by lower-ranked best-effort jobs: the node needing
+        the fewest evictions, then the one with the most of its own GPUs, then the first."""
+        need = self._guarantee_count(job, 1, 1)
+        if need is None:
+            return
+        own = dict(a.per_node)
+        best: tuple[tuple[int, int, int], str, list[str]] | None = None
+        for i, node in enumerate(self.snapshot.nodes):
+            if node.gpus < need or not job.accepts_type(node.gpu_type):
+                continue
+            n = node.name
+            evicted = self._evictions(job, {n: need - own.get(n, 0) - len(self.free.gpus[n])})
+            if evicted is None:
+                continue
+            key = (len(evicted), -own.get(n, 0), i)
+            if best is None or key < best[0]:
+                best = (key, n, evicted)
+        if best is None:
+            return
+        _, n, evicted = best
+        self._evict(evicted)
+        mine = [k for node, k in a.gpus if node == n]
+        self.free.give([slot for slot in a.gpus if slot[0] != n])
+        added = tuple((n, k) for k in self.free.gpus[n][: need - len(mine)])
+        self.free.take(added)
+        self.assignments[job.id] = Assignment(
+            tuple(sorted([(n, k) for k in mine] + list(added))), a.cpus, a.mem_gb, a.plan, a.shares_with
+        )
+        self.changed.add(job.id)
+        self._donors = None
+        self._lowest = None
+        self._version += 1
+
+    def _guarantee_count(self, job: Job, nodes: int, low: int) -> int | None:
+        """The fewest GPUs from ``low`` on (spread evenly over ``nodes`` nodes) whose best plan
+        meets the job's target."""
         curve = self.curves[job.id]
         assert curve is not None
-        nodes = len(self.assignments[job.id].nodes)
-        for g in range(self.assignments[job.id].num_gpus + 1, job.gpu_range[1] + 1):
+        for g in range(low, job.gpu_range[1] + 1):
             if g % nodes == 0 and self._meets(job, curve.best(g, nodes)):
                 return g
         return None
@@ -488,7 +535,10 @@ class _Work:
                 return (there - here) / (g - gpus) / curve.reference
         return 0.0
 
-    def _grow(self, job: Job, a: Assignment) -> Assignment | None:
+    def _grow(self, job: Job, a: Assignment, floor: int | None = None) -> Assignment | None:
+        """``a`` grown on its nodes into free GPUs: each larger count taken while it gains more
+        than ``min_gain``; with a ``floor`` (a guarantee's count), the first feasible count from
+        it on whatever it gains, and larger ones as before."""
         per_node = dict(a.per_node)
         nodes = a.nodes
         if len(set(per_node.values())) != 1:
@@ -504,9 +554,9 @@ class _Work:
             if count % len(nodes) or count // len(nodes) - have > room:
                 continue
             p = curve.best(count, len(nodes))
-            if p is None:
+            if p is None or (floor is not None and count < floor):
                 continue
-            if p.throughput > current * (1 + self.stage.min_gain):
+            if (floor is not None and best < floor) or p.throughput > current * (1 + self.stage.min_gain):
                 best, current = count, p.throughput
         if best == a.num_gpus:
             return None
@@ -589,7 +639,9 @@ class _Work:
 
     def _keep_or(self, job: Job, a: Assignment, point: Point, cpus: int, per_gpu: float) -> Assignment:
         """``a`` with ``point``'s plan, unless the job runs on these GPUs already and the change
-        gains too little or its restart would eat the gain (§5.3): then as it runs."""
+        gains too little or its restart would eat the gain (§5.3): then as it runs. A privileged
+        job running below its target takes the better plan whatever the restart costs (§5.1: the
+        guarantee holds throughout its execution; the restart rule is for best-effort gains)."""
         new = Assignment(a.gpus, cpus, a.mem_gb, plan_to_mapping(point.plan), a.shares_with)
         old = job.assignment
         if not job.is_running or old is None or old.gpus != a.gpus or job.id in self.changed:
@@ -602,6 +654,8 @@ class _Work:
         if self.stage._may(job) and (
             current is None or point.throughput > current * (1 + self.stage.min_gain)
         ):
+            return new
+        if current is not None and point.throughput > current and not self._meets_at(job, current):
             return new
         return Assignment(a.gpus, old.cpus if old.cpus <= cpus else cpus, a.mem_gb, old.plan, a.shares_with)
 

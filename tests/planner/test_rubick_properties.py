@@ -265,6 +265,30 @@ def test_a_privileged_job_below_its_target_switches_plan_whatever_the_restart_co
     assert got is not None and got >= curve.target * (1 - 1e-6)
 
 
+def test_a_privileged_job_that_cannot_regrow_where_it_runs_moves_to_a_node_where_it_can():
+    # Found by hypothesis outside the ``ci`` profile: job 4 (guaranteed, within quota, elastic
+    # up to its 8 GPUs) runs shrunk on n0's GPU 0; the placement puts four 1-GPU jobs on n0,
+    # one of them guaranteed (job 2). Evicting every best-effort job on n0 still leaves job 2
+    # there, so job 4 cannot get 8 GPUs on n0: it moves to n1, which is free.
+    nodes = (Node("n0", 8, "a800", 96, 1600.0), Node("n1", 8, "a800", 96, 1600.0))
+    shrunk = Assignment(
+        (("n0", 0),), 12, 200.0, {"dp": 1, "micro_batch": 32, "grad_accum": 1, "global_batch": 32}
+    )
+    jobs = (
+        Job("0", 1, "bert", 0.0, batch_size=32),
+        Job("1", 1, "bert", 0.0, batch_size=32),
+        Job("2", 1, "bert", 0.0, batch_size=32, tenant="b", guaranteed=True, min_gpus=1, max_gpus=1),
+        Job("3", 1, "bert", 0.0, batch_size=32),
+        Job("4", 8, "bert", 0.0, state=JobState.RUNNING, batch_size=32, tenant="a", guaranteed=True,
+            assignment=shrunk, min_gpus=1, max_gpus=8),
+    )  # fmt: skip
+    snapshot = Snapshot(1000.0, nodes, jobs)
+    plan = plan_round(snapshot, schedulers("rubick"))
+    assert plan.assignments["4"].gpus == tuple(("n1", k) for k in range(8))
+    assert plan.migrated == ("4",)
+    assert plan_round(_next_round(snapshot, plan), schedulers("rubick")).assignments == plan.assignments
+
+
 @pytest.mark.xfail(strict=True, reason="open: a drafted job with no feasible plan at its count is kept")
 def test_a_job_no_plan_fits_is_not_started_by_the_placement_either():
     # Found by hypothesis outside the ``ci`` profile (replanning an applied plan changes it).

@@ -87,9 +87,7 @@ class _Board:
         # coords) (see single_node): between two searches only the nodes a visit touched are
         # searched again.
         self.stamp = [0] * len(nodes)
-        self.candidates: dict[
-            int, list[tuple[int, tuple[int, int, int, int], list[tuple[int, int]]] | None]
-        ] = {}
+        self.candidates: dict[int, list[_Cached]] = {}
 
     def materialize(self) -> None:
         """Write the deferred reservations: the per-GPU state a search reads becomes what

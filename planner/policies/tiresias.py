@@ -278,5 +278,4 @@ class Tiresias:
 
 
 _Key = tuple[int, float, tuple[float, tuple[int, int, str]]]
-_Memo = tuple[Job, tuple[_Key, Job], float, float]
 _RunningMemo = tuple[Mapping[str, Any] | None, float, _Key, float]

@@ -35,6 +35,10 @@ PLANS = [
     {"activation_checkpointing": True},
 ]
 RESTART_S = 30.0  # the rubick stage's default restart cost
+# An elastic BERT job (global batch 32) shrunk to n0's GPU 0 by earlier rounds.
+SHRUNK = Assignment(
+    (("n0", 0),), 12, 200.0, {"dp": 1, "micro_batch": 32, "grad_accum": 1, "global_batch": 32}
+)
 
 
 def schedulers(name: str):
@@ -227,13 +231,10 @@ def test_a_privileged_job_shrunk_below_its_guarantee_takes_back_gpus_from_best_e
     # placement gives the free GPUs to three best-effort jobs first. Rubick restores job 3's
     # target throughput (8 GPUs) and leaves the best-effort jobs waiting.
     nodes = (Node("n0", 8, "a800", 96, 1600.0),)
-    shrunk = Assignment(
-        (("n0", 0),), 12, 200.0, {"dp": 1, "micro_batch": 32, "grad_accum": 1, "global_batch": 32}
-    )
     jobs = (
         *(Job(str(k), 1, "bert", 0.0, batch_size=32) for k in range(3)),
         Job("3", 8, "bert", 0.0, state=JobState.RUNNING, batch_size=32, tenant="a", guaranteed=True,
-            assignment=shrunk, min_gpus=1, max_gpus=8),
+            assignment=SHRUNK, min_gpus=1, max_gpus=8),
     )  # fmt: skip
     plan = plan_round(Snapshot(1000.0, nodes, jobs), schedulers("rubick"))
     assert plan.assignments["3"].num_gpus == 8
@@ -271,16 +272,13 @@ def test_a_privileged_job_that_cannot_regrow_where_it_runs_moves_to_a_node_where
     # one of them guaranteed (job 2). Evicting every best-effort job on n0 still leaves job 2
     # there, so job 4 cannot get 8 GPUs on n0: it moves to n1, which is free.
     nodes = (Node("n0", 8, "a800", 96, 1600.0), Node("n1", 8, "a800", 96, 1600.0))
-    shrunk = Assignment(
-        (("n0", 0),), 12, 200.0, {"dp": 1, "micro_batch": 32, "grad_accum": 1, "global_batch": 32}
-    )
     jobs = (
         Job("0", 1, "bert", 0.0, batch_size=32),
         Job("1", 1, "bert", 0.0, batch_size=32),
         Job("2", 1, "bert", 0.0, batch_size=32, tenant="b", guaranteed=True, min_gpus=1, max_gpus=1),
         Job("3", 1, "bert", 0.0, batch_size=32),
         Job("4", 8, "bert", 0.0, state=JobState.RUNNING, batch_size=32, tenant="a", guaranteed=True,
-            assignment=shrunk, min_gpus=1, max_gpus=8),
+            assignment=SHRUNK, min_gpus=1, max_gpus=8),
     )  # fmt: skip
     snapshot = Snapshot(1000.0, nodes, jobs)
     plan = plan_round(snapshot, schedulers("rubick"))
@@ -297,13 +295,10 @@ def test_a_job_no_plan_fits_is_not_started_by_the_placement_either():
     # one GPU) has no plan that fits an A800's memory, so Rubick's admission does not start it.
     # Round 2: the placement drafts job 7 on that free GPU and the stage keeps it as drafted.
     nodes = (Node("n0", 8, "a800", 96, 1600.0),)
-    shrunk = Assignment(
-        (("n0", 0),), 12, 200.0, {"dp": 1, "micro_batch": 32, "grad_accum": 1, "global_batch": 32}
-    )
     jobs = (
         *(Job(str(k), 1, "bert", 0.0, batch_size=32) for k in range(5)),
         Job("5", 2, "bert", 0.0, state=JobState.RUNNING, batch_size=32, tenant="a", guaranteed=True,
-            assignment=shrunk, min_gpus=1, max_gpus=2),
+            assignment=SHRUNK, min_gpus=1, max_gpus=2),
         Job("6", 2, "bert", 0.0, batch_size=32),
         Job("7", 1, "llama7", 0.0, batch_size=8),
     )  # fmt: skip

@@ -385,8 +385,8 @@ class _Work:
             if not job.elastic or job.id not in self.assignments or not self._below_guarantee(job):
                 continue
             a = self.assignments[job.id]
-            need = self._guarantee_count(job, len(a.nodes), a.num_gpus + 1)
-            if need is not None and need % len(a.nodes) == 0:
+            need = self._guarantee_count(job, len(a.nodes), a.num_gpus + 1)  # a multiple of the nodes
+            if need is not None:
                 per_node = need // len(a.nodes)
                 short = {n: per_node - c - len(self.free.gpus[n]) for n, c in a.per_node}
                 evicted = self._evictions(job, short)
@@ -432,9 +432,13 @@ class _Work:
             b = self.assignments.pop(other)
             self.free.give(b.gpus)
             self.outcomes[other] = Outcome.NO_CAPACITY
-            self._donors = None
-            self._lowest = None
-            self._version += 1
+            self._moved()
+
+    def _moved(self) -> None:
+        """GPUs changed hands: the donor index and slope bound are rebuilt when next asked."""
+        self._donors = None
+        self._lowest = None
+        self._version += 1
 
     def _relocate(self, job: Job, a: Assignment) -> None:
         """Move a privileged job below its guarantee to one node where the fewest GPUs that
@@ -467,9 +471,7 @@ class _Work:
             tuple(sorted([(n, k) for k in mine] + list(added))), a.cpus, a.mem_gb, a.plan, a.shares_with
         )
         self.changed.add(job.id)
-        self._donors = None
-        self._lowest = None
-        self._version += 1
+        self._moved()
 
     def _guarantee_count(self, job: Job, nodes: int, low: int) -> int | None:
         """The fewest GPUs from ``low`` on (spread evenly over ``nodes`` nodes) whose best plan

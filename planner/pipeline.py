@@ -12,7 +12,17 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from planner.model import Assignment, Job, JobState, Outcome, RoundPlan, Snapshot
-from planner.stages import Demand, Draft, Migration, Ordering, Packing, Placement, Reconfiguration, Shaping
+from planner.stages import (
+    Demand,
+    Draft,
+    HoldBack,
+    Migration,
+    Ordering,
+    Packing,
+    Placement,
+    Reconfiguration,
+    Shaping,
+)
 
 Clock = Callable[[], float]
 
@@ -42,6 +52,17 @@ class Scheduler:
         stage = self._demand_stage
         return stage.demand(snapshot) if stage is not None else snapshot
 
+    def hold_back(self, snapshot: Snapshot, ordered: Sequence[Job]) -> Mapping[str, Outcome]:
+        """Waiting jobs its reconfiguration stage keeps from the placement
+        (:class:`~planner.stages.HoldBack`), with their reasons; empty without such a stage."""
+        stage = self._hold_back_stage
+        return stage.hold_back(snapshot, ordered) if stage is not None else {}
+
+    @cached_property
+    def _hold_back_stage(self) -> HoldBack | None:
+        stage = self.reconfiguration
+        return stage if isinstance(stage, HoldBack) else None
+
     @cached_property
     def _demand_stage(self) -> Demand | None:
         # Found once: a runtime protocol check costs a fraction of a millisecond, and the
@@ -61,12 +82,16 @@ def plan_round(snapshot: Snapshot, scheduler: Scheduler, clock: Clock | None = N
     mark("start")
     snapshot = scheduler.view(snapshot)
     ordered = _protect_running(scheduler.ordering.order(snapshot), scheduler.preemptive)
+    held_back = scheduler.hold_back(snapshot, ordered)
+    drafted = [j for j in ordered if j.id not in held_back] if held_back else ordered
     mark("ordering")
-    draft = scheduler.placement.place(snapshot, ordered)
+    draft = scheduler.placement.place(snapshot, drafted)
     mark("placement")
     if scheduler.packing is not None:
-        draft = scheduler.packing.pack(snapshot, ordered, draft)
+        draft = scheduler.packing.pack(snapshot, drafted, draft)
         mark("packing")
+    if held_back:
+        draft = Draft(draft.assignments, {**draft.outcomes, **held_back})
     draft = scheduler.shaping.shape(snapshot, draft)
     mark("shaping")
     if scheduler.reconfiguration is not None:

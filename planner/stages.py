@@ -8,7 +8,8 @@ contract. Stages never mutate their inputs: each returns a new :class:`Draft`.
 3. :class:`Packing`         - pending jobs onto placed jobs' GPUs (optional);
 4. :class:`Shaping`         - CPUs and memory of each placed job;
 5. :class:`Reconfiguration` - joint allocation: GPUs, CPUs, memory and plan of elastic jobs
-                               (optional);
+                               (optional; it may also shape the demand the others see,
+                               :class:`Demand`, and hold jobs back from them, :class:`HoldBack`);
 6. :class:`Migration`       - relabelling onto physical GPUs to avoid moves (optional).
 
 Implementations register by name in the registries below and are composed by
@@ -128,6 +129,22 @@ class Demand(Protocol):
     """
 
     def demand(self, snapshot: Snapshot) -> Snapshot: ...
+
+
+@runtime_checkable
+class HoldBack(Protocol):
+    """Optional, for a reconfiguration stage: waiting jobs the placement must not draft.
+
+    ``hold_back(snapshot, ordered)`` names the waiting jobs the stage would not run at the
+    shape they ask for (Rubick: no execution plan of the job fits GPU memory on its requested
+    GPUs), each with the reason it waits meanwhile. :func:`planner.pipeline.plan_round` leaves
+    them out of what the placement and the packing see, so they neither take a GPU nor displace
+    a running job for a shape nobody will run; the stage itself may still admit such a job at
+    another shape it accepts (an outcome ``placed``). Deterministic; a running job is never held
+    back.
+    """
+
+    def hold_back(self, snapshot: Snapshot, ordered: Sequence[Job]) -> Mapping[str, Outcome]: ...
 
 
 class Migration(Protocol):

@@ -7,9 +7,12 @@ fits at the requested counts. This stage then, with ``resources`` on:
 
 1. **Admits** each still-waiting job in that order (Algorithm 1 lines 2-6): an elastic one at
    the largest count in ``[floor, num_gpus]`` that fits free GPUs (consolidated) and, for a
-   privileged guaranteed job, whose best plan still reaches its target; the floor is ``minRes``
-   for a privileged guaranteed job (the fewest GPUs whose best plan matches the submitted plan
-   on the requested GPUs, §5.2) and ``min_gpus`` otherwise. If nothing fits, it **shrinks** jobs
+   privileged guaranteed job, whose best plan still reaches its target (when no plan fits
+   GPU memory at any of those counts, at the fewest GPUs above ``num_gpus`` it accepts on
+   which one does; such a job is held back from the placement,
+   :meth:`RubickAllocation.hold_back`); the floor is ``minRes`` for a privileged guaranteed
+   job (the fewest GPUs whose best plan matches the submitted plan on the requested GPUs,
+   §5.2) and ``min_gpus`` otherwise. If nothing fits, it **shrinks** jobs
    on one node (lines 10-22): GetLowestSlopeOverMinJob picks the elastic job on the node with
    the lowest slope that is above its own floor, and a step down is taken while "(1) the job to
    shrink has a slope lower than the job to schedule, ... or (2) the job to schedule has yet to
@@ -48,7 +51,7 @@ from planner.execplan import PlanError, plan_from_mapping, plan_to_mapping, repl
 from planner.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
 from planner.policies.common import consolidated_slots, options_reader
 from planner.policies.elastic import keeps_its_gpus
-from planner.policies.rubick.curves import CurveBook, JobCurve, Point, even_nodes, job_curve
+from planner.policies.rubick.curves import CurveBook, JobCurve, Point, even_nodes, job_curve, layout
 from planner.policies.rubick.policy import neutral_slope, privileged, quotas_of, rubick_usage, shared_book
 from planner.policies.shaping import proportional_share
 from planner.registry import StageContext
@@ -139,6 +142,29 @@ class RubickAllocation:
     def _may(self, job: Job) -> bool:
         return may_reconfigure(job, self.restart_cost_s, self.threshold)
 
+    def hold_back(self, snapshot: Snapshot, ordered: Sequence[Job]) -> Mapping[str, Outcome]:
+        """Waiting jobs none of whose plans fits GPU memory on the GPUs they ask for (the plan
+        pricer's memory estimate; Rubick considers only plans that fit, §4-5): the consolidated
+        placement knows nothing of plans, so it would draft such a job onto free GPUs, or
+        displace a running job for it, and this stage could neither run it there nor give the
+        GPUs back in the same round (:class:`planner.stages.HoldBack`). An elastic job with
+        another feasible count waits for this stage's admission (step 1); any other can never
+        run here."""
+        shapes: dict[tuple[str, ...], tuple[int, float]] = {}
+        out: dict[str, Outcome] = {}
+        for job in ordered:
+            if job.is_running:
+                continue
+            curve = job_curve(self.book, job, snapshot, self.plans, shapes)
+            g = job.num_gpus
+            if curve is None or layout(g, curve.gpus_per_node) is None or curve.best(g) is not None:
+                continue  # not priced, no even layout to price, or a plan fits
+            low, high = job.gpu_range
+            elsewhere = curve.counts(g, low) or curve.counts(high, g + 1)
+            admissible = self.resources and job.elastic and elsewhere
+            out[job.id] = Outcome.NO_CAPACITY if admissible else Outcome.INFEASIBLE
+        return out
+
     def reconfigure(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft:
         shapes: dict[tuple[str, ...], tuple[int, float]] = {}
         curves = {j.id: job_curve(self.book, j, snapshot, self.plans, shapes) for j in ordered}
@@ -147,6 +173,7 @@ class RubickAllocation:
         work = _Work(self, snapshot, ordered, draft, curves)
         if self.resources:
             work.restore_guarantees()
+            work.replace_evicted()
             work.admit_waiting()
             work.grow()
         work.settle()
@@ -184,6 +211,7 @@ class _Work:
         self._room_failed: dict[tuple[tuple[str, ...], int, bool], tuple[int, float]] = {}
         self._version = 0  # bumped at every admission and every shrink
         self._may_memo: dict[str, bool] = {}
+        self.evicted: list[tuple[str, int]] = []  # (job, GPUs it was drafted with), in eviction order
 
     # -- demands ----------------------------------------------------------------------
     def _floor(self, job: Job) -> int:
@@ -227,6 +255,9 @@ class _Work:
         for job in waiting:
             floor = self.floor[job.id]
             counts = self._counts(job, job.num_gpus, floor) if job.elastic else [job.num_gpus]
+            if job.elastic and not counts:
+                # No plan fits at or below the ask: the fewest GPUs it accepts on which one does.
+                counts = self._counts(job, job.gpu_range[1], job.num_gpus + 1)[-1:]
             slots = None
             for count in counts:
                 slots = self._fit(job, count)
@@ -432,7 +463,72 @@ class _Work:
             b = self.assignments.pop(other)
             self.free.give(b.gpus)
             self.outcomes[other] = Outcome.NO_CAPACITY
+            self.evicted.append((other, b.num_gpus))
             self._moved()
+
+    def replace_evicted(self) -> None:
+        """Jobs evicted for a guarantee had a place in the placement's walk, in priority
+        order. Each, highest ranked first, takes GPUs again as the placement would have given
+        them had the guarantee been known: free ones (best fit), else those of lower-ranked
+        best-effort jobs, the lowest ranked first, which then try in turn. Otherwise the next
+        round's placement would do it (the evicted job outranks the jobs that kept their GPUs)
+        and the applied plan would not be the next round's plan."""
+        pending = dict(self.evicted)
+        while pending:
+            job_id = min(pending, key=self.rank.__getitem__)
+            count = pending.pop(job_id)
+            job = self.jobs[job_id]
+            slots = consolidated_slots(self.snapshot, job, count, self.free.gpus)
+            if slots is None:
+                found = self._displacement(job, count)
+                if found is None:
+                    continue
+                slots, victims = found
+                for other in victims:
+                    pending[other] = self.assignments[other].num_gpus
+                self._evict(victims)
+            self.free.take(slots)
+            old = job.assignment if job.is_running else None
+            self.assignments[job_id] = Assignment(slots, 0, 0.0, old.plan if old is not None else job.plan)
+            if old is None:
+                self.outcomes[job_id] = Outcome.PLACED
+            else:
+                self.outcomes[job_id] = Outcome.KEPT if old.gpus == slots else Outcome.MOVED
+            self.changed.add(job_id)
+            self._moved()
+
+    def _displacement(self, job: Job, count: int) -> tuple[tuple[GpuSlot, ...], list[str]] | None:
+        """``count`` GPUs on one node for ``job`` by evicting lower-ranked best-effort jobs: per
+        node its free GPUs first, then those of the lowest-ranked holders, in GPU order; the
+        node whose best-ranked victim ranks lowest, then with the fewest victims, the fewest
+        GPUs to choose from, the first (the consolidated placement's displacement rule)."""
+        holder: dict[GpuSlot, int] = {}
+        for other, b in self.assignments.items():
+            if (
+                other in self.privileged
+                or self.rank.get(other, -1) <= self.rank[job.id]
+                or b.shares_with
+                or (other in self.jobs and keeps_its_gpus(self.jobs[other], self.stage.preemptive))
+            ):
+                continue
+            for slot in b.gpus:
+                holder[slot] = self.rank[other]
+        free = len(self.rank)  # a free GPU's "holder" ranks below every job
+        best: tuple[tuple[int, int, int, int], tuple[GpuSlot, ...], list[str]] | None = None
+        for i, node in enumerate(self.snapshot.nodes):
+            if node.gpus < count or not job.accepts_type(node.gpu_type):
+                continue
+            usable = [(free, k) for k in self.free.gpus[node.name]]
+            usable += [(h, k) for (n, k), h in holder.items() if n == node.name]
+            if len(usable) < count:
+                continue
+            chosen = sorted(usable, key=lambda hk: (-hk[0], hk[1]))[:count]
+            ranks = sorted({h for h, _ in chosen if h != free})
+            key = (-ranks[0] if ranks else -free, len(ranks), len(usable), i)
+            if best is None or key < best[0]:
+                victims = [j for j, b in self.assignments.items() if self.rank.get(j) in ranks]
+                best = (key, tuple(sorted((node.name, k) for _, k in chosen)), victims)
+        return None if best is None else (best[1], best[2])
 
     def _moved(self) -> None:
         """GPUs changed hands: the donor index and slope bound are rebuilt when next asked."""

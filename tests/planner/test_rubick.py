@@ -89,6 +89,27 @@ def test_the_curve_takes_the_best_plan_and_min_res_is_the_fewest_gpus_matching_t
     assert job_curve(shared_book(), replace(t5, batch_size=None), snap, True) is None
 
 
+def test_slopes_measure_the_resources_not_the_submitted_plan_and_ties_keep_it():
+    # Two T5 jobs that differ only in the plan they were submitted with: with plan search both
+    # run their best plan at every count, so each GPU gains them as much. Normalised by the
+    # submitted plan's speed, the slow one's slopes came out about twice as steep and the
+    # ordering ranked it first for a gain that is the plan change's, not the GPUs'.
+    snap = Snapshot(0.0, (A800,), ())
+    slow = job_curve(
+        shared_book(), job("1", 4, "t5", 16, min_gpus=1, max_gpus=8, plan=OFFLOAD_GC), snap, True
+    )
+    fast = job_curve(shared_book(), job("2", 4, "t5", 16, min_gpus=1, max_gpus=8), snap, True)
+    assert slow.target < fast.target  # the guarantee is still the submitted plan's speed
+    for g in (2, 4, 8):
+        assert slow.gpu_slope(g) == pytest.approx(fast.gpu_slope(g))
+    # ZeRO-2 (submitted) and ZeRO-1 move the same volume in the model: a tie keeps ZeRO-2.
+    zero2 = job_curve(
+        shared_book(), job("3", 4, "t5", 16, min_gpus=1, max_gpus=8, plan={"zero_stage": 2}), snap, True
+    )
+    for g in (2, 4, 8):
+        assert zero2.best(g).plan.zero_stage == 2
+
+
 def test_gpus_spread_unevenly_are_priced_on_the_next_even_layout():
     llama = job("1", 24, "llama30", 4, min_gpus=24, max_gpus=64)
     curve = job_curve(shared_book(), llama, Snapshot(0.0, (A800,), ()), True)

@@ -31,6 +31,8 @@ FrozenPlan = tuple[tuple[str, Any], ...]
 Space = tuple[str, tuple[FrozenPlan, ...]]
 """A plan space: ``("search", ())`` (every candidate of :mod:`.plans`) or ``("given", plans)``."""
 SEARCH: Space = ("search", ())
+TIE = 1e-6
+"""Relative throughput difference under which two plans' predictions are a tie."""
 
 
 def given(*plans: Mapping[str, Any] | None) -> Space:
@@ -185,9 +187,12 @@ class JobCurve:
         best = self.book.best(self.model, self.batch, self.space, gpus, nodes, c)
         if self.space == self.own:
             return best
-        # The submitted plan is always a candidate (a searched space may lack its exact shape).
+        # The submitted plan is always a candidate (a searched space may lack its exact shape),
+        # and wins a tie: a plan the model prices the same (ZeRO-1 and ZeRO-2 move the same
+        # volume) is no reason to run otherwise than the user asked, and which of two equal
+        # predictions is larger in the last bits depends on the CPU's floating-point kernels.
         own = self.book.best(self.model, self.batch, self.own, gpus, nodes, c)
-        if own is not None and (best is None or own.throughput > best.throughput):
+        if own is not None and (best is None or own.throughput >= best.throughput * (1 - TIE)):
             return own
         return best
 
@@ -213,10 +218,8 @@ class JobCurve:
 
     @property
     def reference(self) -> float:
-        """What throughputs are normalised by: the target, else the best on the requested GPUs."""
-        if self.target is not None:
-            return self.target
-        return self.throughput(self.requested) or 1.0
+        """What throughputs are normalised by: the best on the requested GPUs, else the target."""
+        return self.throughput(self.requested) or self.target or 1.0
 
     def gpu_slope(self, gpus: int) -> float:
         """Normalised throughput gained per GPU by the last step up to ``gpus`` (from the largest

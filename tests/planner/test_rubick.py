@@ -11,7 +11,7 @@ from planner import plan_round
 from planner.config import PRESETS, Tenant, build_scheduler
 from planner.errors import ConfigError
 from planner.execplan import check, plan_from_mapping
-from planner.model import Assignment, Job, JobState, Node, Snapshot
+from planner.model import Assignment, Job, JobState, Node, Outcome, Snapshot
 from planner.policies.rubick.allocation import may_reconfigure
 from planner.policies.rubick.curves import SEARCH, job_curve
 from planner.policies.rubick.plans import candidate_plans
@@ -151,6 +151,17 @@ def test_privileged_jobs_fit_their_tenants_quota_running_ones_first():
     ]
     chosen = privileged(jobs, {"a": 10}, lambda j: j.num_gpus)
     assert chosen == {"3", "1", "4"}  # 3 runs; 1 fits; 2 does not (12 > 10); 4 still fits
+
+
+def test_a_guaranteed_job_that_cannot_run_takes_no_quota():
+    # LLaMA-7B's default plan fits no A800 at any count; submitted first, it held tenant a's
+    # one-GPU quota and the guaranteed BERT job behind it ran as best-effort.
+    llama = job("llama", 1, "llama7", 8, tenant="a", guaranteed=True)
+    bert = job("bert", 1, "bert", 32, tenant="a", guaranteed=True, submit=1.0)
+    plan = plan_round(Snapshot(0.0, (A800,), (llama, bert)), sched("rubick", Tenant("a", 1)))
+    assert plan.policy_state["bert"]["privileged"] is True
+    assert not plan.policy_state.get("llama", {}).get("privileged")
+    assert plan.reasons["llama"] == Outcome.INFEASIBLE and "bert" in plan.assignments
 
 
 def test_the_order_is_privileged_then_starving_then_by_slope():

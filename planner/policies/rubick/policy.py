@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Self
 
 from planner.model import Job, Snapshot
 from planner.policies.common import arrival_key, options_reader
-from planner.policies.rubick.curves import CurveBook, JobCurve, job_curve
+from planner.policies.rubick.curves import CurveBook, JobCurve, job_curve, layout
 from planner.registry import StageContext
 from planner.stages import ORDERINGS
 from profiles.plan_pricing import builtin_pricer
@@ -54,12 +54,14 @@ def quotas_of(context: StageContext) -> Mapping[str, int]:
     return dict(context.tenants)
 
 
-def privileged(jobs: Iterable[Job], quotas: Mapping[str, int], usage: Callable[[Job], int]) -> set[str]:
+def privileged(
+    jobs: Iterable[Job], quotas: Mapping[str, int], usage: Callable[[Job], int | None]
+) -> set[str]:
     """Guaranteed jobs whose ``usage`` fits their tenant's remaining quota (Algorithm 1 line 2).
 
     Running jobs are counted first (their guarantee holds "throughout their execution"), then
     waiting ones in arrival order; a job that does not fit is skipped and later, smaller ones
-    may still fit.
+    may still fit. A job without a usage (it cannot run at any shape it accepts) takes no quota.
     """
     used: dict[str, int] = {}
     out: set[str] = set()
@@ -67,7 +69,7 @@ def privileged(jobs: Iterable[Job], quotas: Mapping[str, int], usage: Callable[[
     for job in sorted(candidates, key=holders_first):
         assert job.tenant is not None
         need = usage(job)
-        if used.get(job.tenant, 0) + need <= quotas[job.tenant]:
+        if need is not None and used.get(job.tenant, 0) + need <= quotas[job.tenant]:
             used[job.tenant] = used.get(job.tenant, 0) + need
             out.add(job.id)
     return out
@@ -101,12 +103,24 @@ def with_privilege(jobs: Sequence[Job], chosen: set[str]) -> list[Job]:
     return out
 
 
-def rubick_usage(curves: Mapping[str, JobCurve | None]) -> Callable[[Job], int]:
-    """Quota usage = ``minRes`` in GPUs (§5.2); the requested count when the job cannot be priced."""
+def rubick_usage(curves: Mapping[str, JobCurve | None]) -> Callable[[Job], int | None]:
+    """Quota usage = ``minRes`` in GPUs (§5.2); the requested count when the job cannot be
+    priced; ``None`` for a waiting job none of whose plans fits GPU memory at any count it
+    accepts (it cannot run, so it must not hold quota another guaranteed job could use)."""
 
-    def usage(job: Job) -> int:
+    def usage(job: Job) -> int | None:
         curve = curves.get(job.id)
-        return curve.min_gpus(job.gpu_range[0]) if curve is not None else job.num_gpus
+        if curve is None:
+            return job.num_gpus
+        low, high = job.gpu_range
+        if (
+            not job.is_running
+            and curve.target is None
+            and layout(job.num_gpus, curve.gpus_per_node) is not None
+            and not curve.counts(high, low)
+        ):
+            return None
+        return curve.min_gpus(low)
 
     return usage
 

@@ -34,7 +34,7 @@ def cluster_from_toml(text: str, source: str = "cluster") -> tuple[Node, ...]:
     """Parse cluster TOML text into nodes (no file access: the caller reads the file)."""
     try:
         document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+    except ValueError as e:  # TOMLDecodeError, or an integer of more than 4,300 digits
         raise ClusterError(f"{source}: not valid TOML: {e}") from e
     except RecursionError:
         raise ClusterError(f"{source}: not valid TOML: nested too deeply") from None

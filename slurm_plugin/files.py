@@ -54,7 +54,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     text = read_text(path)
     try:
         return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+    except ValueError as e:  # TOMLDecodeError, or an integer of more than 4,300 digits
         raise InputError(f"{path}: not valid TOML: {e}") from e
     except RecursionError:
         raise InputError(f"{path}: not valid TOML: nested too deeply") from None

@@ -104,6 +104,6 @@ def _parse_option(text: str) -> tuple[str, str, Any]:
         raise ConfigError(f"--option {text!r}: expected STAGE.KEY=VALUE, e.g. policy.promote_knob=4")
     try:
         parsed = tomllib.loads(f"v = {value.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (ValueError, RecursionError):  # TOMLDecodeError, a 5,000-digit integer, deep nesting
         parsed = value.strip()  # a bare word is a string
     return stage, key, parsed

@@ -9,6 +9,9 @@ each row next to the paper's (Table 4, hours) and writes ``benchmarks/results/ru
 
     .venv/bin/python benchmarks/rubick.py [--workloads base,bp,mt] [--presets rubick,sia,...]
 
+``--plan-audit WORKLOAD`` lists, for each kind of elastic job of the workload and 1-8 GPUs, the
+plan ``rubick`` picks against the simulator's truth (``results/rubick_plan_audit_WORKLOAD.json``).
+
 ``--two-jobs`` instead runs §7.2's micro-benchmark: a T5 and a RoBERTa job (elastic, 1-4 GPUs,
 submitted as plain data parallelism) share 4 A800 GPUs; each job's speed is normalised by its
 submitted plan on all 4 GPUs, and the sum is compared for Rubick's allocation and for an even
@@ -20,6 +23,7 @@ planner's (its fitted model); writes ``benchmarks/results/rubick_two_jobs.json``
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from dataclasses import replace
@@ -33,7 +37,7 @@ from benchmarks.common import write_result  # noqa: E402
 from planner import Job, Node, Snapshot, plan_round  # noqa: E402
 from planner.cluster import cluster_from_toml  # noqa: E402
 from planner.config import PRESETS, Tenant, build_scheduler  # noqa: E402
-from planner.execplan import ExecPlan, plan_from_mapping  # noqa: E402
+from planner.execplan import ExecPlan, plan_from_mapping, plan_to_mapping  # noqa: E402
 from planner.policies.rubick.curves import job_curve  # noqa: E402
 from planner.policies.rubick.policy import shared_book  # noqa: E402
 from planner.sim import SimConfig, simulate  # noqa: E402
@@ -140,6 +144,61 @@ def two_jobs() -> dict[str, Any]:
     return out
 
 
+def plan_audit(workload: str) -> dict[str, Any]:
+    """For each kind of elastic job of a workload (model, batch, submitted plan) and each count
+    of 1-8 GPUs on one node: the plan ``rubick`` picks (the fitted model's best), its predicted
+    time, its time in the simulator's truth (measured, nearest or fitted) and the submitted
+    plan's truth. Where the pick is unmeasured its truth is the fitted model, so the pick can
+    run slower in the simulation than the submitted plan the model priced no faster."""
+    truth = builtin_rubick_measured()
+    trace = parse_trace((TRACES / f"rubick_{workload}.csv").read_text(), f"rubick_{workload}.csv")
+    snapshot = Snapshot(0.0, tuple(cluster_from_toml(CLUSTER.read_text())), ())
+    kinds: dict[tuple[str, int, str], Job] = {}
+    for t in trace:
+        if t.max_gpus is not None and t.max_gpus <= 8 and t.batch_size is not None:
+            key = (t.model, t.batch_size, json.dumps(t.plan or {}, sort_keys=True))
+            kinds.setdefault(key, Job(t.job_id, t.num_gpus, t.model, 0.0, batch_size=t.batch_size,
+                                      plan=t.plan, min_gpus=t.min_gpus, max_gpus=t.max_gpus))  # fmt: skip
+    rows = []
+    for (model, batch, submitted), job in sorted(kinds.items()):
+        curve = job_curve(shared_book(), job, snapshot, True)
+        if curve is None:
+            continue
+        for g in (1, 2, 4, 8):
+            point = curve.best(g)
+            own = truth.time_s(model, plan_from_mapping(job.plan) if job.plan else None, (g,), batch, 12.0)
+            if point is None:
+                continue
+            picked = truth.lookup(model, point.plan, (g,), 12.0)
+            own_point = curve.own_at(g)
+            rows.append(
+                {
+                    "model": model,
+                    "batch": batch,
+                    "submitted": json.loads(submitted),
+                    "gpus": g,
+                    "picked": plan_to_mapping(point.plan),
+                    "picked_predicted_s": batch / point.throughput,
+                    "picked_truth_s": None if picked is None else picked.time_s,
+                    "picked_truth": None if picked is None else picked.how,
+                    "submitted_predicted_s": None if own_point is None else batch / own_point.throughput,
+                    "submitted_truth_s": None if own is None else own.time_s,
+                    "submitted_truth": None if own is None else own.how,
+                }
+            )
+    known = [r for r in rows if r["picked_truth_s"] and r["submitted_truth_s"]]
+    slower = [r for r in known if r["picked_truth_s"] > 1.01 * r["submitted_truth_s"]]
+    for r in rows:
+        picked, own = r["picked_truth_s"] or float("nan"), r["submitted_truth_s"] or float("nan")
+        print(
+            f"{r['model']:<8} {json.dumps(r['submitted']):<40} {r['gpus']} GPUs: picked {picked:7.3f} s "
+            f"({r['picked_truth']}, predicted {r['picked_predicted_s']:.3f}) against submitted "
+            f"{own:7.3f} s ({r['submitted_truth']})"
+        )
+    print(f"{len(slower)} of {len(rows)} picks run more than 1 % slower in the truth than the submitted plan")
+    return {"workload": workload, "rows": rows, "picked_slower_than_submitted": len(slower)}
+
+
 def _mapping(curve: Any, gpus: int) -> dict[str, Any] | None:
     from planner.execplan import plan_to_mapping
 
@@ -154,9 +213,15 @@ def main() -> None:
     parser.add_argument("--workloads", default="base,bp,mt")
     parser.add_argument("--presets", default=",".join(PRESET_NAMES))
     parser.add_argument("--two-jobs", action="store_true", help="the T5 + RoBERTa micro-benchmark")
+    parser.add_argument("--plan-audit", metavar="WORKLOAD", help="rubick's plan picks against the truth")
     args = parser.parse_args()
     if args.two_jobs:
         write_result("rubick_two_jobs", {"command": "benchmarks/rubick.py --two-jobs", **two_jobs()})
+        return
+    if args.plan_audit:
+        command = f"benchmarks/rubick.py --plan-audit {args.plan_audit}"
+        audit = plan_audit(args.plan_audit)
+        write_result(f"rubick_plan_audit_{args.plan_audit}", {"command": command, **audit})
         return
     profiles = ProfileStore.builtin()
     rows = []

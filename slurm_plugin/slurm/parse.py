@@ -37,6 +37,7 @@ _RANGE = re.compile(r"^(\d{1,9})(?:-(\d{1,9}))?$")
 # More GPU indices than any node has: a range like 0-100000000000 is refused, not built.
 MAX_GPU_INDICES = 4096
 MAX_UID = 0xFFFFFFFF
+MAX_EPOCH_S = 253_402_300_799  # 9999-12-31T23:59:59Z: a later "time" is not one Slurm wrote
 """uid_t is 32 bits and ``(uid_t) -1`` is no user: a user id is below this."""
 
 
@@ -259,8 +260,8 @@ def _job(raw: Mapping[str, Any]) -> SlurmJob:
         gpu_indices=indices,
         required_nodes=expand_hostlist(r.get("required_nodes", str, "")),
         features=r.get("features", str, ""),
-        submit_time=float(r.req("submit_time", int)),
-        start_time=float(start) if start and state != "PENDING" else None,
+        submit_time=_epoch(r.req("submit_time", int), "submit_time", r.where),
+        start_time=_epoch(start, "start_time", r.where) if start and state != "PENDING" else None,
         restarts=r.get("restart_cnt", int, 0),
         comment=r.get("comment", str, ""),
         admin_comment=r.get("admin_comment", str, ""),
@@ -270,6 +271,13 @@ def _job(raw: Mapping[str, Any]) -> SlurmJob:
         gpus_per_job=gres_counts(r.get("tres_per_job", str, "")).get("gpu", 0),
         user_id=_json_uid(r),
     )
+
+
+def _epoch(value: int, key: str, where: str) -> float:
+    """A Unix time Slurm reported, in seconds (``float`` of a larger integer overflows)."""
+    if not 0 <= value <= MAX_EPOCH_S:
+        raise SlurmParseError(f"{where}: '{key}' is out of range for a Unix time")
+    return float(value)
 
 
 def _json_uid(r: _Reader) -> int | None:
@@ -373,8 +381,8 @@ def _text_job(job_id: str, cells: list[str]) -> SlurmJob:
         value = cells[_F[key]].strip()
         if value in _EMPTY:
             return default
-        if not value.isdigit():
-            raise SlurmParseError(f"{where}: {key} is {value!r}, expected a number")
+        if not value.isdigit() or len(value) > 20:  # Slurm writes 64-bit numbers at most
+            raise SlurmParseError(f"{where}: {key} is {value[:40]!r}, expected a number")
         number = int(value)
         # Slurm's NO_VAL / INFINITE (uint32 0xfffffffe / 0xffffffff): a count it has not
         # worked out yet, e.g. NumTasks of a job submitted an instant ago (``--json`` omits it).
@@ -412,8 +420,8 @@ def _text_job(job_id: str, cells: list[str]) -> SlurmJob:
         gpu_indices=(),
         required_nodes=expand_hostlist(text("ReqNodes")),
         features=text("Feature"),
-        submit_time=float(submit),
-        start_time=float(start) if start and state != "PENDING" else None,
+        submit_time=_epoch(submit, "SubmitTime", where),
+        start_time=_epoch(start, "StartTime", where) if start and state != "PENDING" else None,
         restarts=integer("RestartCnt"),
         comment=text("Comment"),
         admin_comment=text("admin_comment"),

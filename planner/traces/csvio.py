@@ -222,7 +222,12 @@ def format_trace(jobs: Iterable[TraceJob]) -> str:
 
 
 def _num(value: float) -> str:
-    return f"{value:.3f}".rstrip("0").rstrip(".") if not float(value).is_integer() else str(int(value))
+    """Seconds to the millisecond, the way traces are written; a value with finer digits in
+    full (the shortest text that reads back as the same float), so no trace loses them."""
+    if float(value).is_integer():
+        return str(int(value))
+    short = f"{value:.3f}".rstrip("0").rstrip(".")
+    return short if float(short) == value else repr(float(value))
 
 
 def _optional_value(job: TraceJob, column: str) -> str:

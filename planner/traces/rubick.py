@@ -152,9 +152,10 @@ def _convert(c: Cells, name: str, times: RubickMeasured) -> dict[str, Any]:
     low, high = gpu_bounds(model, code, num_gpus, times)
     return {
         "job_id": name,
-        "submit_time_s": c.number("submission_time"),
+        # To the millisecond, as traces are written (the bundled copies are these values).
+        "submit_time_s": round(c.number("submission_time"), 3),
         "num_gpus": num_gpus,
-        "duration_s": duration,
+        "duration_s": max(0.001, round(duration, 3)),
         "model": model,
         "batch_size": times.batches[model],
         "iterations": steps,

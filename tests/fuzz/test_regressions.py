@@ -249,3 +249,24 @@ def test_a_memory_size_of_400_digits_is_not_understood_rather_than_infinite() ->
     with pytest.raises(parse.SlurmParseError, match="memory size"):
         parse.parse_memory_mb("9" * 400)
     assert parse.parse_memory_mb("16G") == 16384 and parse.parse_memory_mb("2048K") == 2
+
+
+def test_a_trace_with_finer_than_millisecond_times_round_trips() -> None:
+    """The writer rounded every time to the millisecond (found at --hypothesis-seed=39);
+    millisecond values are still written as they were."""
+    from planner.traces.csvio import format_trace, parse_trace
+
+    text = "job_id,submit_time_s,num_gpus,duration_s,model\n0,0,1,2149.0023,m\n1,1.5,1,2149.002,m\n"
+    jobs = parse_trace(text, "t.csv")
+    assert parse_trace(format_trace(jobs), "t.csv") == jobs
+    assert format_trace(jobs).splitlines()[1:] == ["0,0,1,2149.0023,m", "1,1.5,1,2149.002,m"]
+
+
+@pytest.mark.parametrize("value", [10**4000, -1, 2**63])
+def test_squeue_json_times_out_of_range_are_parse_errors(value: int) -> None:
+    """``float()`` of a 4,000-digit submit time overflowed (found at --hypothesis-seed=43)."""
+    from slurm_plugin.slurm.parse import SlurmParseError, parse_squeue_json
+
+    job = {"job_id": 1, "job_state": "PENDING", "submit_time": value}
+    with pytest.raises(SlurmParseError, match="job 1: 'submit_time' is out of range for a Unix time"):
+        parse_squeue_json(json.dumps({"jobs": [job]}))

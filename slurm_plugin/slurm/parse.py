@@ -233,7 +233,10 @@ def parse_squeue_json(text: str) -> list[SlurmJob]:
 
 def _job(raw: Mapping[str, Any]) -> SlurmJob:
     r = _Reader(raw, "squeue --json: job")
-    job_id = str(r.req("job_id", int))
+    number = r.req("job_id", int)
+    if not 0 < number < 2**63:  # Slurm's job ids are 32-bit; str() of a longer one may raise
+        raise SlurmParseError(f"{r.where}: 'job_id' is out of range for a job id")
+    job_id = str(number)
     r.where = f"squeue --json: job {job_id}"
     state = r.req("job_state", str)
     tres = gres_counts(r.get("tres_per_node", str, ""))
@@ -353,8 +356,8 @@ def parse_squeue_text(
         key = tuple(cells)
         job = known.get(key)
         if job is None:
-            if not job_id.isdigit():
-                raise SlurmParseError(f"squeue text: record {k}: JobID {job_id!r} is not a job id")
+            if not job_id.isdigit() or len(job_id) > 20:  # Slurm's job ids are 32-bit
+                raise SlurmParseError(f"squeue text: record {k}: JobID {job_id[:40]!r} is not a job id")
             job = _text_job(job_id, cells)
         jobs[job_id] = current[key] = job
     if reuse is not None:

@@ -270,3 +270,17 @@ def test_squeue_json_times_out_of_range_are_parse_errors(value: int) -> None:
     job = {"job_id": 1, "job_state": "PENDING", "submit_time": value}
     with pytest.raises(SlurmParseError, match="job 1: 'submit_time' is out of range for a Unix time"):
         parse_squeue_json(json.dumps({"jobs": [job]}))
+
+
+def test_squeue_job_ids_of_thousands_of_digits_are_parse_errors() -> None:
+    """``int()`` of a 5,002-digit JobID in squeue's text output raised ValueError (found at
+    --hypothesis-seed=62); ``str()`` of such an id in ``--json`` would have too."""
+    from slurm_plugin.slurm.parse import SQUEUE_FIELDS, SlurmParseError, parse_squeue_json, parse_squeue_text
+
+    separator = "|mosaic-sep|"
+    cells = ["9" * 5002] + [""] * (len(SQUEUE_FIELDS) - 1)
+    with pytest.raises(SlurmParseError, match=r"record 1: JobID '9999.* is not a job id"):
+        parse_squeue_text(separator.join(cells) + separator + "\n", separator)
+    job = {"job_id": 10**4000, "job_state": "PENDING", "submit_time": 1}
+    with pytest.raises(SlurmParseError, match="'job_id' is out of range for a job id"):
+        parse_squeue_json(json.dumps({"jobs": [job]}))

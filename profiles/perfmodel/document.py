@@ -97,14 +97,19 @@ def from_document(document: Any, source: str = "perfmodel") -> PerfModel:
     for key in models_fields.data:
         m = models_fields.child(key)
         m.only(_MODEL_KEYS)
-        shape = ModelShape(
-            name=m.req_str("name"),
-            params=m.req_float("params_m", minimum=0.0) * 1e6,
-            seq_len=m.req_int("seq_len", minimum=1),
-            hidden=m.req_int("hidden", minimum=1),
-            layers=m.req_int("layers", minimum=1),
-            heads=m.opt_int("heads", minimum=1),
-        )
+        try:
+            shape = ModelShape(
+                name=m.req_str("name"),
+                params=m.req_float("params_m", minimum=0.0) * 1e6,
+                seq_len=m.req_int("seq_len", minimum=1),
+                hidden=m.req_int("hidden", minimum=1),
+                layers=m.req_int("layers", minimum=1),
+                heads=m.opt_int("heads", minimum=1),
+            )
+        except ProfileError:
+            raise
+        except InputError as e:  # the shape's own checks (e.g. a count of thousands of digits)
+            raise ProfileError(f"{source}: models.{key}: {e}") from e
         params, rate = _read_params(m)
         models[key] = ModelFit(shape=shape, params=params, rate=rate, samples=m.opt_int("samples", 0) or 0)
     rmsle = None

@@ -235,6 +235,18 @@ def test_perfmodel_environment_error_names_the_document() -> None:
         from_document(document, "model.json")
 
 
+@pytest.mark.parametrize("key", ["layers", "seq_len", "hidden"])
+def test_perfmodel_shape_counts_of_thousands_of_digits_are_errors_naming_the_document(key: str) -> None:
+    """``math.isfinite`` of a 4,001-digit layer count overflowed, and the shape's own error named
+    no document (benchmarks.fuzz --seed 2)."""
+    from profiles.perfmodel.document import from_document
+
+    document = json.loads(json.dumps(PERFMODEL))
+    document["models"]["bert"][key] = 10**4001
+    with pytest.raises(MosaicError, match=rf"model\.json: models\.bert: .*{key} must be a positive number"):
+        from_document(document, "model.json")
+
+
 def test_a_gpu_index_range_of_a_hundred_billion_is_refused_not_built() -> None:
     from slurm_plugin.slurm import parse
 

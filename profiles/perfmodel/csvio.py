@@ -248,14 +248,17 @@ def _shape(c: _Cells, name: str, shapes: Mapping[str, ModelShape]) -> ModelShape
         return known if all(v is None for v in values.values()) else _merge(c, name, values, known)
     params_m, seq, hidden, layers = (values[col] for col in SHAPE_COLUMNS)
     assert params_m is not None and seq is not None and hidden is not None and layers is not None
-    return ModelShape(
-        name=name,
-        params=params_m * 1e6,
-        seq_len=int(seq),
-        hidden=int(hidden),
-        layers=int(layers),
-        heads=c.integer("heads"),
-    )
+    try:
+        return ModelShape(
+            name=name,
+            params=params_m * 1e6,
+            seq_len=int(seq),
+            hidden=int(hidden),
+            layers=int(layers),
+            heads=c.integer("heads"),
+        )
+    except InputError as e:  # the shape's own checks (e.g. a count beyond 64 bits)
+        raise InputError(f"{c.where}: {e}") from None
 
 
 def _merge(c: _Cells, name: str, values: Mapping[str, float | None], known: ModelShape) -> ModelShape:

@@ -39,7 +39,8 @@ class ModelShape:
             value = getattr(self, key)
             if isinstance(value, int) and value.bit_length() > 64:  # math.isfinite would overflow
                 got = f"an integer of {value.bit_length()} bits"
-                raise InputError(f"model {self.name!r}: {key} must be a positive number, got {got}")
+                why = f"{key} must be a positive number below 2**64, got {got}"
+                raise InputError(f"model {self.name!r}: {why}")
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise InputError(f"model {self.name!r}: {key} must be a positive number, got {value!r}")
         if self.heads is not None and self.heads < 1:

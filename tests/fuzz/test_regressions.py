@@ -247,6 +247,16 @@ def test_perfmodel_shape_counts_of_thousands_of_digits_are_errors_naming_the_doc
         from_document(document, "model.json")
 
 
+def test_perfmodel_csv_shape_counts_beyond_64_bits_are_errors_naming_the_line() -> None:
+    """A sequence length of 9.6e24 passed the cell checks and the shape's error named no file
+    and line (benchmarks.fuzz --seed 3)."""
+    from profiles.perfmodel.csvio import parse_table
+
+    head = "model,global_batch,gpus,iter_time_s,params_m,seq_len,hidden,layers\n"
+    with pytest.raises(MosaicError, match=r"m\.csv:2: .*seq_len must be a positive number below 2\*\*64"):
+        parse_table(head + "bert,32,1,0.5,340,9.6e24,1024,24\n", "m.csv", require_time=True)
+
+
 def test_a_gpu_index_range_of_a_hundred_billion_is_refused_not_built() -> None:
     from slurm_plugin.slurm import parse
 

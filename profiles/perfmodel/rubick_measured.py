@@ -26,11 +26,23 @@ The rule where a shape was not measured (:meth:`RubickMeasured.lookup`, ``how``)
 2. ``nearest``: among the measured placements of the same model, plan family and GPU
    count, the one with the closest node count, then the smallest L1 distance between the
    two placements' per-node GPU counts (largest first), then the placement code;
-3. ``fitted``: otherwise the Rubick performance model fitted on the bundled samples
-   (:func:`profiles.perfmodel.fit_perfmodel` on ``samples.csv``, shapes from
-   ``models.csv``; 80 GB of GPU memory, so a plan that does not fit answers ``None``). Its
-   errors are a few to ~15 % (BENCHMARKS.md), so a ratio of a fitted time to a measured
-   one carries that error.
+3. ``scaled``: otherwise, at the model's measured global batch, the Rubick performance
+   model fitted on the bundled samples (:func:`profiles.perfmodel.fit_perfmodel` on
+   ``samples.csv``, shapes from ``models.csv``; 80 GB of GPU memory, so a plan that does
+   not fit answers ``None``) *scaled by its error at the nearest measured configuration of
+   the same model* (:meth:`RubickMeasured.anchor`): the fitted time times
+   measured / fitted there. The nearest is the one with the closest GPU count (ratio),
+   then the closest ``dp x tp x pp`` shape, then the fewest differences among ZeRO
+   sharding, optimizer offload and activation checkpointing, then the family's name, then
+   the placement closest to the GPUs packed 8 to a node. The fit alone is off by up to 2x
+   on some measured shapes (LLaMA-30B's 4 x 4 x 3 plan on 48 GPUs: 1.07 s fitted, 2.23 s
+   measured), so an unscaled fitted time next to measured ones would make any plan or
+   count that was not measured look that much faster or slower than its measured
+   neighbours; scaled, the fit only answers how the unmeasured configuration differs from
+   the nearest measured one. Its field ``placement`` is the anchor's;
+4. ``fitted``: the fitted time itself, for another global batch (or when no measured
+   configuration of the model can be priced by the fit). Its errors are a few to ~15 %
+   (BENCHMARKS.md), so a ratio of a fitted time to a measured one carries that error.
 
 Pure code: the bundled files are read as package data.
 """
@@ -59,11 +71,15 @@ GPUS_PER_NODE = 8
 MODELS = ("vit", "roberta", "bert", "t5", "gpt2", "llama7", "llama30")
 # The artifact's CPU threads per GPU for ZeRO-Offload (samples.csv), when a query gives none.
 OFFLOAD_CPUS_PER_GPU = 4.0
+# The models whose ZeRO-Offload runs the artifact measured with activation checkpointing.
+OFFLOAD_WITH_CHECKPOINTING = frozenset({"gpt2", "llama7", "llama30"})
 _DATA = ("builtin", "data", "rubick")
 
 Placement = tuple[int, ...]
 Family = tuple[str, int, int, int]  # kind, dp, tp, pp
-How = Literal["measured", "nearest", "fitted"]
+How = Literal["measured", "nearest", "scaled", "fitted"]
+Sizes = tuple[int, int, int]  # dp, tp, pp
+Features = tuple[bool, bool, bool]  # ZeRO sharding, optimizer offload, activation checkpointing
 
 
 def plan_family(plan: ExecPlan) -> Family | None:
@@ -102,7 +118,7 @@ def normal_placement(counts: Iterable[int]) -> Placement:
 @dataclass(frozen=True, slots=True)
 class Lookup:
     """One answer: seconds per iteration, how it was found and the placement it came from
-    (``None`` for a fitted time)."""
+    (for a scaled time the anchor's; ``None`` for a fitted time)."""
 
     time_s: float
     how: How
@@ -123,6 +139,9 @@ class RubickMeasured:
     batches: Mapping[str, int]
     shapes: Mapping[str, ModelShape]
     fitted: Callable[[], PerfModel] | None = field(default=None, repr=False, compare=False)
+    _anchors: dict[tuple[str, int, Sizes, Features], tuple[float, Placement] | None] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def knows(self, model: str, gpu_type: str | None = GPU_TYPE) -> bool:
         """True for the seven models on ``a800`` (or no GPU type named)."""
@@ -159,6 +178,79 @@ class RubickMeasured:
         return self._fit(key, plan, where, cpus_per_gpu)
 
     def _fit(self, key: str, plan: ExecPlan, where: Placement, cpus_per_gpu: float | None) -> Lookup | None:
+        found = self._fitted(key, plan, where, cpus_per_gpu)
+        if found is None or plan.global_batch != self.batches[key]:
+            return found
+        anchor = self.anchor(key, plan)
+        if anchor is None:
+            return found
+        ratio, placement = anchor
+        return Lookup(found.time_s * ratio, "scaled", placement)
+
+    def anchor(self, model: str, plan: ExecPlan) -> tuple[float, Placement] | None:
+        """The nearest measured configuration of ``model`` to the resolved ``plan`` (module
+        docstring, rule 3): measured / fitted time there, and its placement; ``None`` when
+        the fit prices none of the model's measured configurations."""
+        key = normalise(model)
+        gpus = plan.world_size
+        sizes: Sizes = (plan.dp or 1, plan.tp, plan.pp)
+        features: Features = (plan.zero_stage > 0, plan.offload_optimizer, plan.activation_checkpointing)
+        memo = (key, gpus, sizes, features)
+        if memo not in self._anchors:
+            self._anchors[memo] = self._find_anchor(key, gpus, sizes, features)
+        return self._anchors[memo]
+
+    def _find_anchor(
+        self, key: str, gpus: int, sizes: Sizes, features: Features
+    ) -> tuple[float, Placement] | None:
+        def distance(item: tuple[str, Family, int]) -> tuple[float, float, int, str]:
+            _, family, count = item
+            kind, dp, tp, pp = family
+            apart = sum(abs(math.log2(a / b)) for a, b in zip((dp, tp, pp), sizes, strict=True))
+            differ = sum(a != b for a, b in zip(self._features(key, kind), features, strict=True))
+            return (abs(math.log2(count / gpus)), apart, differ, kind)
+
+        for item in sorted((k for k in self.times if k[0] == key), key=distance):
+            _, family, count = item
+            found = self.times[item]
+            placement = min(found, key=lambda p: _distance(p, packed(count)))
+            reference = None
+            for plan in self._family_plans(key, family, count):
+                reference = self._fitted(key, plan, placement, OFFLOAD_CPUS_PER_GPU)
+                if reference is not None:
+                    break
+            if reference is not None:
+                return found[placement] / reference.time_s, placement
+        return None
+
+    @staticmethod
+    def _features(key: str, kind: str) -> Features:
+        """(ZeRO sharding, optimizer offload, activation checkpointing) of a measured kind."""
+        if kind == "zero-offload":
+            return (True, True, key in OFFLOAD_WITH_CHECKPOINTING)
+        return (kind == "zero-dp", False, kind == "gc")
+
+    def _family_plans(self, key: str, family: Family, gpus: int) -> Iterable[ExecPlan]:
+        """The resolved plans a measured family ran as, fewest accumulation steps first (the
+        artifact's runs accumulate gradients as memory requires; the fit prices only those
+        whose memory estimate fits)."""
+        kind, dp, tp, pp = family
+        zero, offload, checkpointing = self._features(key, kind)
+        per_rank, rest = divmod(self.batches[key], dp)
+        if rest:
+            return
+        for accum in (a for a in range(1, per_rank + 1) if per_rank % a == 0):
+            plan = ExecPlan(dp=dp, tp=tp, pp=pp, zero_stage=2 if zero else 0, offload_optimizer=offload,
+                            activation_checkpointing=checkpointing, micro_batch=per_rank // accum,
+                            grad_accum=accum)  # fmt: skip
+            try:
+                yield resolve(plan, gpus, self.batches[key])
+            except PlanError:
+                return
+
+    def _fitted(
+        self, key: str, plan: ExecPlan, where: Placement, cpus_per_gpu: float | None
+    ) -> Lookup | None:
         if self.fitted is None:
             return None
         gpus = sum(where)

@@ -110,6 +110,27 @@ def test_slopes_measure_the_resources_not_the_submitted_plan_and_ties_keep_it():
         assert zero2.best(g).plan.zero_stage == 2
 
 
+def test_the_curve_is_flat_where_a_count_is_slower_than_a_smaller_one_and_starts_at_the_jobs_minimum():
+    snap = Snapshot(0.0, tuple(replace(A800, name=f"n{k}") for k in range(8)), ())
+    llama = job("1", 24, "llama30", 4, min_gpus=24, max_gpus=64, plan={"dp": 1, "tp": 4, "pp": 6})
+    curve = job_curve(shared_book(), llama, snap, True)
+    # With a global batch of 4, 48 GPUs run no plan as fast as 32 do (dp 3 does not divide 4).
+    assert curve.best(48).throughput < curve.best(32).throughput
+    assert curve.envelope(48) == curve.envelope(32) == curve.best(32).throughput
+    assert curve.gpu_slope(48) == 0.0
+    # 16 GPUs are faster than 24 but below the job's minimum: not on its curve, so the step
+    # to 24 is from nothing (before, from 16 GPUs, it was a negative slope).
+    assert curve.best(16).throughput > curve.best(24).throughput
+    assert curve.gpu_slope(24) == pytest.approx(curve.best(24).throughput / 24 / curve.reference)
+    for model, batch in (("vit", 64), ("bert", 32), ("t5", 16), ("gpt2", 16), ("llama7", 8), ("llama30", 4)):
+        for low in (1, 2, 8, 16):
+            j = job("x", max(low, 8), model, batch, min_gpus=low, max_gpus=64)
+            c = job_curve(shared_book(), j, snap, True)
+            envelope = [c.envelope(g) for g in range(low, 65)]
+            assert envelope == sorted(envelope)
+            assert all(c.gpu_slope(g) >= 0.0 for g in range(low, 65) if c.best(g) is not None)
+
+
 def test_gpus_spread_unevenly_are_priced_on_the_next_even_layout():
     llama = job("1", 24, "llama30", 4, min_gpus=24, max_gpus=64)
     curve = job_curve(shared_book(), llama, Snapshot(0.0, (A800,), ()), True)
@@ -167,8 +188,8 @@ def test_a_guaranteed_job_that_cannot_run_takes_no_quota():
 def test_the_order_is_privileged_then_starving_then_by_slope():
     nodes = (A800,)
     jobs = (
-        job("be-vit", 4, "vit", 64, submit=1000.0),
-        job("be-gpt2", 4, "gpt2", 16, submit=2000.0),
+        job("be-vit", 4, "vit", 64, submit=1000.0, min_gpus=1, max_gpus=8),
+        job("be-gpt2", 4, "gpt2", 16, submit=2000.0, min_gpus=1, max_gpus=8),
         job("g", 4, "bert", 32, guaranteed=True, tenant="a", submit=3000.0),
         job("old", 2, "mystery-model", 32, submit=0.0, pending_since_s=0.0),
     )
@@ -177,8 +198,12 @@ def test_the_order_is_privileged_then_starving_then_by_slope():
     assert order[:2] == ("g", "old")  # privileged, then waiting over starvation_s (3600 s)
     vit = job_curve(shared_book(), jobs[0], snap, True)
     gpt = job_curve(shared_book(), jobs[1], snap, True)
+    assert vit.gpu_slope(4) != pytest.approx(gpt.gpu_slope(4), rel=1e-3)
     expected = ("be-vit", "be-gpt2") if vit.gpu_slope(4) > gpt.gpu_slope(4) else ("be-gpt2", "be-vit")
     assert order[2:] == expected
+    # A rigid job's curve starts at its count: its slope there is from nothing, 1 / count.
+    rigid = job_curve(shared_book(), replace(jobs[0], min_gpus=None, max_gpus=None), snap, True)
+    assert rigid.gpu_slope(4) == pytest.approx(1 / 4)
     # Without a quota the guaranteed job is best-effort; AntMan orders best-effort jobs by arrival.
     assert plan_round(snap, sched("antman")).order == ("old", "be-vit", "be-gpt2", "g")
     assert plan_round(snap, sched("antman", Tenant("a", 4))).order[0] == "g"

@@ -88,15 +88,17 @@ class CurveBook:
         gpn: int,
         cpus: float,
         requested: int,
+        low: int = 1,
     ) -> JobCurve:
-        """The (memoised) curves of a job of this model, batch, plan space and request."""
-        key = (model, batch, space, own, gpn, cpus, requested)
+        """The (memoised) curves of a job of this model, batch, plan space, request and
+        fewest GPUs it accepts (``low``)."""
+        key = (model, batch, space, own, gpn, cpus, requested, low)
         found = self._curves.get(key)
         if found is None:
-            draft = JobCurve(self, model, batch, space, own, gpn, cpus, requested, None)
+            draft = JobCurve(self, model, batch, space, own, gpn, cpus, requested, None, low)
             point = draft.own_at(requested)
             target = None if point is None else point.throughput
-            found = JobCurve(self, model, batch, space, own, gpn, cpus, requested, target)
+            found = JobCurve(self, model, batch, space, own, gpn, cpus, requested, target, low)
             self._curves[key] = found
         return found
 
@@ -170,6 +172,8 @@ class JobCurve:
     requested: int
     target: float | None
     """Throughput of the submitted plan on the requested GPUs; ``None``: it does not fit memory."""
+    low: int = 1
+    """The fewest GPUs the job accepts: counts below it are not on its curve."""
     _memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, compare=False, repr=False)
 
     def best(self, gpus: int, nodes: int | None = None, cpus: float | None = None) -> Point | None:
@@ -231,10 +235,26 @@ class JobCurve:
         return value
 
     def _gpu_slope(self, gpus: int) -> float:
-        here = self.throughput(gpus)
-        below = next((g for g in range(gpus - 1, 0, -1) if self.best(g) is not None), 0)
-        there = self.throughput(below) if below else 0.0
-        return (here - there) / (gpus - below) / self.reference
+        below = self._below(gpus)
+        there = self.envelope(below) if below else 0.0
+        return (self.envelope(gpus) - there) / (gpus - below) / self.reference
+
+    def _below(self, gpus: int) -> int:
+        """The largest count under ``gpus``, not under the job's minimum, with a feasible plan; 0: none."""
+        return next((g for g in range(gpus - 1, self.low - 1, -1) if self.best(g) is not None), 0)
+
+    def envelope(self, gpus: int) -> float:
+        """The curve itself: the most throughput any count the job accepts up to ``gpus``
+        reaches. "The curve remains flat for invalid GPU numbers as it only considers the
+        maximum throughput achievable within the given GPU range" (§5.2), so a count whose best
+        plan is slower than a smaller count's (LLaMA-30B with a global batch of 4 on 48 GPUs
+        against 32) is flat, not a fall: its slope is 0, never negative."""
+        key = ("envelope", gpus)
+        if key not in self._memo:
+            below = self._below(gpus)
+            self._memo[key] = max(self.throughput(gpus), self.envelope(below) if below else 0.0)
+        value: float = self._memo[key]
+        return value
 
     def cpu_slope(self, gpus: int) -> float:
         """Normalised throughput gained per extra CPU when the CPUs per GPU double."""
@@ -312,4 +332,4 @@ def job_curve(
     else:
         space = given(plan)
     gpn, cpus = node_shape(snapshot, job.accepted_types, shapes)
-    return book.curve(job.model, batch, space, submitted, gpn, cpus, job.num_gpus)
+    return book.curve(job.model, batch, space, submitted, gpn, cpus, job.num_gpus, job.gpu_range[0])

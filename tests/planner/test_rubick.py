@@ -236,6 +236,23 @@ def test_best_effort_jobs_are_preempted_first_and_come_back_smaller():
     assert set(plan.assignments["be"].gpus) <= set(be.assignment.gpus)
 
 
+def test_a_waiting_job_promised_the_quota_keeps_it_over_one_that_started_beyond_it():
+    # Round 1 promised tenant a's quota to "first" (waiting: no room); "late", also of tenant a,
+    # started as best-effort on free GPUs. Counted first because it runs, it took the quota in
+    # round 2 and "first" lost it: the applied plan was not a fixpoint (a random property seed).
+    nodes = tuple(replace(A800, name=f"n{k}") for k in range(2))
+    blocker = run(job("blocker", 8, "bert", 32, preemptible=False), [("n0", k) for k in range(8)], 96)
+    first = replace(
+        job("first", 8, "bert", 32, tenant="a", guaranteed=True), policy_state={"privileged": True}
+    )
+    late = run(
+        job("late", 4, "bert", 32, tenant="a", guaranteed=True, submit=5.0), [("n1", k) for k in range(4)], 48
+    )
+    plan = plan_round(Snapshot(0.0, nodes, (blocker, first, late)), sched("rubick", Tenant("a", 8)))
+    assert plan.policy_state["first"]["privileged"] is True
+    assert not plan.policy_state.get("late", {}).get("privileged")
+
+
 def test_the_lowest_slope_job_above_its_minimum_shrinks_for_a_steeper_waiting_job():
     # "grown" asked for 2 GPUs and grew to 8; its last GPUs gain less than the waiting job's.
     grown = run(job("grown", 2, "vit", 64, max_gpus=8, submit=0.0), [("n0", k) for k in range(8)], 96)

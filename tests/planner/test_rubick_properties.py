@@ -27,6 +27,7 @@ from tests.planner.test_pipeline_properties import _next_round
 RUBICK = ("rubick", "rubick-e", "rubick-r", "rubick-n", "sia", "antman")
 GUARANTEEING = ("rubick", "rubick-e", "rubick-r", "rubick-n")
 TENANTS = (Tenant("a", 8), Tenant("b", 4))
+WIDE_TENANTS = (Tenant("a", 24), Tenant("b", 16))
 BATCH = {"bert": 32, "gpt2": 16, "t5": 16, "roberta": 64, "vit": 64, "llama7": 8, "mystery": 32}
 PLANS = [
     None,
@@ -46,11 +47,40 @@ def schedulers(name: str):
 
 
 @st.composite
-def snapshots(draw: st.DrawFn, resized: bool = True) -> Snapshot:
-    count = draw(st.integers(1, 3))
+def snapshots(draw: st.DrawFn, resized: bool = True, wide: bool = False) -> Snapshot:
+    count = draw(st.integers(3, 6) if wide else st.integers(1, 3))
     nodes = tuple(Node(f"n{i}", 8, "a800", 96, 1600.0) for i in range(count))
     free = {n.name: list(range(8)) for n in nodes}
     jobs = []
+    for j in range(draw(st.integers(1, 3)) if wide else 0):
+        # Jobs spanning nodes (2 x 8 GPUs asked, 8-32 accepted), some running on whole nodes,
+        # some of a tenant: what a privileged admission over several nodes works with.
+        model = draw(st.sampled_from(["gpt2", "t5", "llama7"]))
+        guaranteed = draw(st.booleans())
+        job = Job(
+            id=f"w{j}",
+            num_gpus=16,
+            model=model,
+            submit_time_s=float(draw(st.integers(0, 500))),
+            batch_size=BATCH[model],
+            plan={"tp": 8},
+            tenant=draw(st.sampled_from(["a", "b"])) if guaranteed else None,
+            guaranteed=guaranteed,
+            min_gpus=8,
+            max_gpus=32,
+            attained_gpu_s=float(draw(st.sampled_from([0, 5000, 200000]))),
+        )
+        spans = draw(st.sampled_from([0, 2, 4]))  # 4: grown beyond its ask, above its minimum
+        whole = [n.name for n in nodes if len(free[n.name]) == 8][:spans]
+        if spans and len(whole) == spans:
+            slots = tuple((n, k) for n in whole for k in range(8))
+            for n in whole:
+                free[n] = []
+            plan = plan_to_mapping(replan(plan_from_mapping(job.plan), 8 * spans, job.batch_size))
+            job = replace(
+                job, state=JobState.RUNNING, assignment=Assignment(slots, 96 * spans, 1600.0 * spans, plan)
+            )
+        jobs.append(job)
     for j in range(draw(st.integers(0, 10))):
         model = draw(st.sampled_from(sorted(BATCH)))
         g = draw(st.sampled_from([1, 2, 4, 8]))
@@ -408,3 +438,36 @@ def test_a_moved_elastic_job_grows_without_waiting_for_the_restart_rule():
     assert first.assignments["0"].num_gpus == 4
     second = plan_round(_next_round(snapshot, first), schedulers("rubick"))
     assert second.assignments == first.assignments and second.preempted == ()
+
+
+@settings(max_examples=40, deadline=None)
+@pytest.mark.slow  # a long property/simulation check: CI, not --fast
+@given(snapshots(wide=True), st.sampled_from(("rubick", "rubick-r")))
+def test_privileged_admission_over_several_nodes_keeps_every_invariant(snapshot, name):
+    # Jobs spanning nodes, tenants whose quotas fit the cluster: a privileged job that needs
+    # several nodes takes them from best-effort jobs and from privileged ones above their own
+    # minimum (Algorithm 1 case (2)); every plan stays valid, every privileged job meets its
+    # target, no best-effort gain pays a restart it cannot afford, and the plan is a fixpoint.
+    sched = build_scheduler(replace(PRESETS[name], tenants=WIDE_TENANTS))
+    plan = plan_round(snapshot, sched)
+    assert plan_violations(snapshot, plan, sched.max_jobs_per_gpu) == []
+    jobs = {j.id: j for j in snapshot.jobs}
+    for job_id, a in plan.assignments.items():
+        assert jobs[job_id].accepts_gpus(a.num_gpus)
+    book = shared_book()
+    curves = {j.id: job_curve(book, j, snapshot, name == "rubick") for j in snapshot.jobs}
+    chosen = privileged(snapshot.jobs, {t.name: t.gpu_quota for t in WIDE_TENANTS}, rubick_usage(curves))
+    for job_id in chosen:
+        a, curve = plan.assignments.get(job_id), curves[job_id]
+        if a is None or curve is None or curve.target is None:
+            continue
+        got = _throughput(snapshot, jobs[job_id], a)
+        assert got is not None and got >= curve.target * (1 - 1e-6), (job_id, got, curve.target, a)
+    for job in snapshot.jobs:
+        new, old = plan.assignments.get(job.id), job.assignment
+        if job.id in chosen or not job.is_running or new is None or old is None:
+            continue
+        if set(old.gpus) <= set(new.gpus) and (new.num_gpus > old.num_gpus or new.plan != old.plan):
+            assert may_reconfigure(job, RESTART_S), (job.id, old, new)
+    sched = build_scheduler(replace(PRESETS[name], tenants=WIDE_TENANTS))
+    assert plan_round(_next_round(snapshot, plan), sched).assignments == plan.assignments

@@ -87,8 +87,17 @@ def holds_privilege(job: Job) -> bool:
     return job.is_running and bool((job.policy_state or {}).get(PRIVILEGED))
 
 
-def holders_first(job: Job) -> tuple[bool, bool, tuple[float, tuple[int, int, str]]]:
-    return (not holds_privilege(job), not job.is_running, arrival_key(job))
+def was_privileged(job: Job) -> bool:
+    """The previous round planned the job as privileged (running or not)."""
+    return bool((job.policy_state or {}).get(PRIVILEGED))
+
+
+def holders_first(job: Job) -> tuple[bool, bool, bool, tuple[float, tuple[int, int, str]]]:
+    """Quota order: running jobs that were privileged, then waiting ones that were (a job
+    promised the quota last round keeps it over a guaranteed job that started beyond the
+    quota meanwhile, while GPUs were free: otherwise the privilege would pass to that one
+    once it runs, and back), then running jobs, then waiting ones by arrival."""
+    return (not holds_privilege(job), not was_privileged(job), not job.is_running, arrival_key(job))
 
 
 def with_privilege(jobs: Sequence[Job], chosen: set[str]) -> list[Job]:

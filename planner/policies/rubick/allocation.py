@@ -175,6 +175,7 @@ class RubickAllocation:
             work.restore_guarantees()
             work.replace_evicted()
             work.admit_waiting()
+            work.replace_evicted()  # those a privileged admission evicted
             work.grow()
         work.settle()
         return work.result()
@@ -265,6 +266,8 @@ class _Work:
                     break
             if slots is None and counts:
                 slots = self._make_room(job, counts[-1])
+            if slots is None and counts and job.id in self.privileged:
+                slots = self._reclaim(job, counts[-1])
             if slots is None:
                 continue
             self.free.take(slots)
@@ -404,6 +407,122 @@ class _Work:
             current[donor_id] = target
         return [(j, g) for j, g in current.items() if g != self.assignments[j].num_gpus]
 
+    def _reclaim(self, job: Job, need: int) -> tuple[GpuSlot, ...] | None:
+        """``need`` GPUs for a privileged job that free GPUs and one node's shrinks cannot give:
+        Algorithm 1 case (2) over several nodes (ScheduleJob walks the nodes, §5.2). On each
+        node the job may take, besides its free GPUs, those of lower-ranked best-effort jobs
+        (evicted: "shrinking a job to 0 results in a preemption (possible only for best-effort
+        jobs)"), then whole nodes of other privileged elastic jobs that still meet their own
+        target without them ("the job to schedule has yet to reach its minimum demand, then a
+        reallocation that decreases total throughput is also acceptable"). The quota counts
+        privileged jobs at their minimum demand "to ensure a feasible allocation"; without
+        this, one spanning nodes waited while others of its tenant held more than their minimum.
+        Nodes needing no privileged GPUs come first, then the fewest taken, then the first;
+        ``None`` (nothing changed) when ``need / nodes`` per node cannot be had."""
+        curve = self.curves[job.id]
+        if curve is None:
+            return None
+        nodes = layout(need, curve.gpus_per_node)
+        if nodes is None:
+            return None
+        per = need // nodes
+        evictable = [
+            other
+            for other, b in self.assignments.items()
+            if other not in self.privileged
+            and self.rank.get(other, -1) > self.rank[job.id]
+            and not b.shares_with
+            and not (other in self.jobs and keeps_its_gpus(self.jobs[other], self.stage.preemptive))
+        ]
+        droppable = [
+            other
+            for other in sorted(self.privileged)
+            if other in self.assignments
+            and any(self._node_spare(other, d) for d in range(1, len(self.assignments[other].per_node)))
+        ]
+        best_effort: dict[str, int] = {}
+        for other in evictable:
+            for n, c in self.assignments[other].per_node:
+                best_effort[n] = best_effort.get(n, 0) + c
+        guaranteed: dict[str, int] = {}
+        for other in droppable:
+            for n, c in self.assignments[other].per_node:
+                guaranteed[n] = guaranteed.get(n, 0) + c
+        keyed = []
+        for i, node in enumerate(self.snapshot.nodes):
+            n = node.name
+            if node.gpus < per or not job.accepts_type(node.gpu_type):
+                continue
+            lack = per - len(self.free.gpus[n])
+            if lack > best_effort.get(n, 0) + guaranteed.get(n, 0):
+                continue
+            from_guaranteed = max(0, lack - best_effort.get(n, 0))
+            keyed.append(((from_guaranteed, max(0, lack) - from_guaranteed, i), n))
+        if len(keyed) < nodes:
+            return None
+        chosen = [n for _, n in sorted(keyed)[:nodes]]
+        short = {n: per - len(self.free.gpus[n]) for n in chosen}
+        victims: list[str] = []
+        for other in sorted(evictable, key=lambda o: -self.rank[o]):
+            b = self.assignments[other]
+            if any(short.get(n, 0) > 0 for n in b.nodes):
+                victims.append(other)
+                for n, c in b.per_node:
+                    if n in short:
+                        short[n] -= c
+        drops: dict[str, list[str]] = {}
+        for n in chosen:
+            for other in sorted(droppable, key=lambda o: -self.rank[o]):
+                if short[n] <= 0:
+                    break
+                a = self.assignments[other]
+                gone = drops.get(other, [])
+                if n not in a.nodes or n in gone:
+                    continue
+                # The fewest nodes it can give up from here on (a count in between may have no
+                # plan that meets its target: GPT-2's global batch of 16 over 3 x 8 GPUs).
+                more = next(
+                    (d for d in range(len(gone) + 1, len(a.nodes)) if self._node_spare(other, d)), None
+                )
+                if more is None:
+                    continue
+                # This node, then others still short, then its last nodes.
+                rest = [m for m in a.nodes if m != n and m not in gone]
+                rest.sort(key=lambda m: (short.get(m, 0) <= 0, -a.nodes.index(m)))
+                for m in [n, *rest][: more - len(gone)]:
+                    drops.setdefault(other, []).append(m)
+                    if m in short:
+                        short[m] -= dict(a.per_node)[m]
+        if any(v > 0 for v in short.values()):
+            return None
+        if victims:
+            self._evict(victims)
+        for other, gone in drops.items():
+            a = self.assignments[other]
+            self.free.give([slot for slot in a.gpus if slot[0] in gone])
+            kept = tuple(slot for slot in a.gpus if slot[0] not in gone)
+            self.assignments[other] = Assignment(kept, a.cpus, a.mem_gb, a.plan, a.shares_with)
+            self.changed.add(other)
+            self._moved()
+        return tuple((n, k) for n in chosen for k in self.free.gpus[n][:per])
+
+    def _node_spare(self, job_id: str, drop: int = 1) -> bool:
+        """Whether a privileged elastic job spread evenly over several nodes may give up
+        ``drop`` of them whole and still meet its target (and its floor) on the rest."""
+        job = self.jobs.get(job_id)
+        a = self.assignments.get(job_id)
+        curve = self.curves.get(job_id)
+        if job is None or a is None or curve is None or not job.elastic or a.shares_with:
+            return False
+        if keeps_its_gpus(job, self.stage.preemptive):
+            return False
+        per_node = dict(a.per_node)
+        left = len(per_node) - drop
+        if left < 1 or len(set(per_node.values())) != 1:
+            return False
+        count = left * a.per_node[0][1]
+        return count >= self.floor[job_id] and self._meets(job, curve.best(count, left))
+
     # -- step 0: guarantees ------------------------------------------------------------
     def restore_guarantees(self) -> None:
         """A privileged job drafted on GPUs where no plan reaches its target (an elastic job the
@@ -474,6 +593,7 @@ class _Work:
         round's placement would do it (the evicted job outranks the jobs that kept their GPUs)
         and the applied plan would not be the next round's plan."""
         pending = dict(self.evicted)
+        self.evicted.clear()
         while pending:
             job_id = min(pending, key=self.rank.__getitem__)
             count = pending.pop(job_id)
@@ -496,6 +616,7 @@ class _Work:
                 self.outcomes[job_id] = Outcome.KEPT if old.gpus == slots else Outcome.MOVED
             self.changed.add(job_id)
             self._moved()
+        self.evicted.clear()  # the victims of its own displacements were handled above
 
     def _displacement(self, job: Job, count: int) -> tuple[tuple[GpuSlot, ...], list[str]] | None:
         """``count`` GPUs on one node for ``job`` by evicting lower-ranked best-effort jobs: per

@@ -16,8 +16,9 @@ plan ``rubick`` picks against the simulator's truth (``results/rubick_plan_audit
 submitted as plain data parallelism) share 4 A800 GPUs; each job's speed is normalised by its
 submitted plan on all 4 GPUs, and the sum is compared for Rubick's allocation and for an even
 2 + 2 split with each job's best plan (the paper: 1.44 against 0.78). Speeds are the
-simulator's truth (measured where Rubick measured, else its fitted model), the decisions the
-planner's (its fitted model); writes ``benchmarks/results/rubick_two_jobs.json``.
+simulator's truth (measured where Rubick measured, else its fitted model scaled by its error at
+the nearest measured configuration), the decisions the planner's (its fitted model); writes
+``benchmarks/results/rubick_two_jobs.json``.
 """
 
 from __future__ import annotations
@@ -147,9 +148,10 @@ def two_jobs() -> dict[str, Any]:
 def plan_audit(workload: str) -> dict[str, Any]:
     """For each kind of elastic job of a workload (model, batch, submitted plan) and each count
     of 1-8 GPUs on one node: the plan ``rubick`` picks (the fitted model's best), its predicted
-    time, its time in the simulator's truth (measured, nearest or fitted) and the submitted
-    plan's truth. Where the pick is unmeasured its truth is the fitted model, so the pick can
-    run slower in the simulation than the submitted plan the model priced no faster."""
+    time, its time in the simulator's truth (measured, nearest or scaled) and the submitted
+    plan's truth. Where the pick is unmeasured its truth is the fit scaled by its error at the
+    nearest measured configuration, so the pick can run slower in the simulation than the
+    submitted plan the model priced no faster."""
     truth = builtin_rubick_measured()
     trace = parse_trace((TRACES / f"rubick_{workload}.csv").read_text(), f"rubick_{workload}.csv")
     snapshot = Snapshot(0.0, tuple(cluster_from_toml(CLUSTER.read_text())), ())

@@ -12,7 +12,9 @@ computed ... prior to the scheduling, and then cached for reuse" (§5.2).
 see :func:`job_curve`), the layout of ``g`` GPUs on its nodes, its reference throughput (the
 submitted plan on the requested GPUs: what a guaranteed job is promised, §5.1) and the slopes
 (throughput change per GPU or per CPU, normalised by the reference so that jobs of different
-models compare).
+models compare). The GPU curve is the envelope of the best plans over the counts the job
+accepts (:meth:`JobCurve.envelope`): flat, never falling, where a count runs slower than a
+smaller one, and starting from nothing at the job's minimum.
 """
 
 from __future__ import annotations

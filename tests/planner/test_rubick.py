@@ -16,6 +16,7 @@ from planner.policies.rubick.allocation import may_reconfigure
 from planner.policies.rubick.curves import SEARCH, job_curve
 from planner.policies.rubick.plans import candidate_plans
 from planner.policies.rubick.policy import privileged, shared_book
+from tests.planner.test_pipeline_properties import _next_round
 
 A800 = Node("n0", 8, "a800", 96, 1600.0)
 OFFLOAD_GC = {"zero_stage": 2, "offload_optimizer": True, "activation_checkpointing": True}
@@ -278,6 +279,24 @@ def test_a_privileged_job_spanning_nodes_evicts_best_effort_jobs_before_shrinkin
     assert "n4" in plan.assignments["waiting"].nodes and plan.assignments["waiting"].num_gpus == 16
     assert plan.assignments["grown"].num_gpus == 16
     assert "n4" not in plan.assignments["be"].nodes
+
+
+def test_jobs_a_spanning_admission_evicts_take_gpus_again_before_lower_ranked_ones_are_admitted():
+    # A random property seed: "one" (1 GPU, best-effort) was placed on n4, evicted for the
+    # privileged "waiting", and re-placed only after the admission walk had put "elastic" on n3,
+    # displacing it there; re-planned, "elastic" then ran on 4 GPUs: no fixpoint.
+    nodes = tuple(replace(A800, name=f"n{k}") for k in range(5))
+    grown = _on(replace(_wide("grown"), tenant="b"), ["n0", "n1", "n2", "n3"])
+    waiting = _wide("waiting")
+    one = job("one", 1, "bert", 32)
+    elastic = job("elastic", 8, "bert", 32, min_gpus=1)
+    snap = Snapshot(0.0, nodes, (waiting, grown, elastic, one))
+    scheduler = sched("rubick", Tenant("a", 16), Tenant("b", 16))
+    first = plan_round(snap, scheduler)
+    assert first.assignments["waiting"].num_gpus == first.assignments["grown"].num_gpus == 16
+    assert "one" in first.assignments and "elastic" in first.assignments
+    second = plan_round(_next_round(snap, first), sched("rubick", Tenant("a", 16), Tenant("b", 16)))
+    assert second.assignments == first.assignments
 
 
 def test_a_waiting_job_promised_the_quota_keeps_it_over_one_that_started_beyond_it():

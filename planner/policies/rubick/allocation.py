@@ -180,7 +180,6 @@ class RubickAllocation:
             work.restore_guarantees()
             work.replace_evicted()
             work.admit_waiting()
-            work.replace_evicted()  # those a privileged admission evicted
             work.grow()
         work.settle()
         return work.result()
@@ -271,8 +270,10 @@ class _Work:
                     break
             if slots is None and counts:
                 slots = self._make_room(job, counts[-1])
+            reclaimed = False
             if slots is None and counts and job.id in self.privileged:
                 slots = self._reclaim(job, counts[-1])
+                reclaimed = slots is not None
             if slots is None:
                 continue
             self.free.take(slots)
@@ -282,6 +283,10 @@ class _Work:
             self.changed.add(job.id)
             self._add_donor(job.id)
             self._version += 1
+            if reclaimed:
+                # Its victims take GPUs again before the jobs ranked below them are admitted,
+                # as the next round's placement would give them (the walk is by rank).
+                self.replace_evicted()
 
     def _fit(self, job: Job, count: int) -> tuple[GpuSlot, ...] | None:
         types = job.accepted_types

@@ -18,8 +18,9 @@ fits at the requested counts. This stage then, with ``resources`` on:
    shrink has a slope lower than the job to schedule, ... or (2) the job to schedule has yet to
    reach its minimum demand" (§5.2), until the job's floor fits. A privileged job that
    still does not fit (one spanning nodes, typically) takes, over as many nodes as its floor
-   needs, the GPUs of lower-ranked best-effort jobs (evicted, and re-placed in the same round
-   as the placement would) and whole nodes of other privileged jobs above their own minimum
+   needs, the GPUs of lower-ranked best-effort jobs (evicted, and re-placed right away as the
+   placement would, before lower-ranked jobs are admitted) and whole nodes of other privileged
+   jobs above their own minimum
    (:meth:`_Work._reclaim`): ScheduleJob walks every node, and quota counted at minimum
    demand is only feasible if every job above its minimum can give way.
 2. **Grows** placed elastic jobs, highest slope first (SortBySlope over the running jobs),

@@ -437,14 +437,7 @@ class _Work:
         if nodes is None:
             return None
         per = need // nodes
-        evictable = [
-            other
-            for other, b in self.assignments.items()
-            if other not in self.privileged
-            and self.rank.get(other, -1) > self.rank[job.id]
-            and not b.shares_with
-            and not (other in self.jobs and keeps_its_gpus(self.jobs[other], self.stage.preemptive))
-        ]
+        evictable = [other for other in self.assignments if self._evictable(other, job)]
         droppable = [
             other
             for other in sorted(self.privileged)
@@ -568,10 +561,7 @@ class _Work:
             (
                 other
                 for other, b in self.assignments.items()
-                if other not in self.privileged
-                and self.rank.get(other, -1) > self.rank[job.id]
-                and not (other in self.jobs and keeps_its_gpus(self.jobs[other], self.stage.preemptive))
-                and any(n in short for n in b.nodes)
+                if self._evictable(other, job) and any(n in short for n in b.nodes)
             ),
             key=lambda other: -self.rank[other],
         )
@@ -587,6 +577,15 @@ class _Work:
                     short[n] -= c
             evicted.append(other)
         return None if any(v > 0 for v in short.values()) else evicted
+
+    def _evictable(self, other: str, job: Job) -> bool:
+        """Whether ``other`` may be evicted for ``job``: a best-effort job ranked below it that
+        holds its GPUs alone and may be preempted (best-effort jobs are preempted first, §5.1)."""
+        if other in self.privileged or self.rank.get(other, -1) <= self.rank[job.id]:
+            return False
+        if self.assignments[other].shares_with:
+            return False
+        return not (other in self.jobs and keeps_its_gpus(self.jobs[other], self.stage.preemptive))
 
     def _evict(self, evicted: Sequence[str]) -> None:
         for other in evicted:
@@ -636,12 +635,7 @@ class _Work:
         GPUs to choose from, the first (the consolidated placement's displacement rule)."""
         holder: dict[GpuSlot, int] = {}
         for other, b in self.assignments.items():
-            if (
-                other in self.privileged
-                or self.rank.get(other, -1) <= self.rank[job.id]
-                or b.shares_with
-                or (other in self.jobs and keeps_its_gpus(self.jobs[other], self.stage.preemptive))
-            ):
+            if not self._evictable(other, job):
                 continue
             for slot in b.gpus:
                 holder[slot] = self.rank[other]

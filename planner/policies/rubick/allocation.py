@@ -444,14 +444,7 @@ class _Work:
             if other in self.assignments
             and any(self._node_spare(other, d) for d in range(1, len(self.assignments[other].per_node)))
         ]
-        best_effort: dict[str, int] = {}
-        for other in evictable:
-            for n, c in self.assignments[other].per_node:
-                best_effort[n] = best_effort.get(n, 0) + c
-        guaranteed: dict[str, int] = {}
-        for other in droppable:
-            for n, c in self.assignments[other].per_node:
-                guaranteed[n] = guaranteed.get(n, 0) + c
+        best_effort, guaranteed = self._held_per_node(evictable), self._held_per_node(droppable)
         keyed = []
         for i, node in enumerate(self.snapshot.nodes):
             n = node.name
@@ -509,6 +502,14 @@ class _Work:
             self.changed.add(other)
             self._moved()
         return tuple((n, k) for n in chosen for k in self.free.gpus[n][:per])
+
+    def _held_per_node(self, job_ids: Sequence[str]) -> dict[str, int]:
+        """GPUs the listed jobs hold on each node."""
+        held: dict[str, int] = {}
+        for job_id in job_ids:
+            for n, c in self.assignments[job_id].per_node:
+                held[n] = held.get(n, 0) + c
+        return held
 
     def _node_spare(self, job_id: str, drop: int = 1) -> bool:
         """Whether a privileged elastic job spread evenly over several nodes may give up

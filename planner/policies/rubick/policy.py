@@ -84,7 +84,7 @@ def holds_privilege(job: Job) -> bool:
     in the quota: the guarantee holds "throughout its execution" (Rubick §5.1). Without this,
     a guaranteed job that started beyond the quota (while GPUs were free) but arrived earlier
     would take the quota from one already running within it, and the plan would oscillate."""
-    return job.is_running and bool((job.policy_state or {}).get(PRIVILEGED))
+    return job.is_running and was_privileged(job)
 
 
 def was_privileged(job: Job) -> bool:

@@ -7,6 +7,7 @@ metadata travels in the Slurm comment (:func:`slurm_plugin.directives.encode_com
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,10 @@ def prepare(script: str | Path, sbatch_args: Sequence[str]) -> dict[str, Any]:
 def submit(client: SlurmClient, script: str | Path, sbatch_args: Sequence[str], spool: Path) -> str:
     """Submit ``script`` held with its metadata; returns the Slurm job id."""
     meta = prepare(script, sbatch_args)
-    env = {"MOSAIC_SPOOL": str(spool)}
+    # One token per submission: a requeue keeps it, a new job that reuses the id (a controller
+    # restarted on fresh state numbers from 1 again) has another, so mosaic-run never resumes
+    # an earlier job's checkpoints by id alone (wrapper.checkpoint.job_root).
+    env = {"MOSAIC_SPOOL": str(spool), "MOSAIC_SUBMISSION": secrets.token_hex(8)}
     if isinstance(meta.get("batch_size"), int):
         env["MOSAIC_GLOBAL_BATCH"] = str(meta["batch_size"])  # mosaic-run's default --global-batch
     return client.submit(str(script), list(sbatch_args), encode_comment(meta), env)

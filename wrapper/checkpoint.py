@@ -13,6 +13,14 @@ after the grace period, a node lost): it is never loaded, and the job resumes fr
 newest *complete* one instead. The marker, not the framework's own "latest" pointer, is the
 source of truth, because DeepSpeed and torch both write their pointer before every rank's
 data is known to be durable.
+
+A job id names a job only while the cluster keeps counting: a Slurm controller started on
+fresh state (the test cluster after ``down``/``up``, a site that wiped ``StateSaveLocation``)
+numbers its jobs from 1 again, and a new job 1 must not resume an old job 1's weights. So
+``mosaic submit`` gives each submission a token (``MOSAIC_SUBMISSION``, in the job's
+environment, which a requeue keeps), the root records it in ``.mosaic/owner.json`` when the
+job first uses it, and the default root of a submission that finds another's there is
+``<base>/<job id>-<token>`` instead (:func:`job_root`).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +40,9 @@ from wrapper.status import read_job_file
 
 COMPLETE_MARKER = "MOSAIC-COMPLETE"
 DEFAULT_BASE = "mosaic-ckpt"
+OWNER_FILE = Path(".mosaic") / "owner.json"
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
+_SUBMISSION = re.compile(r"^[0-9a-f]{8,64}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +94,66 @@ def default_root(job_id: str, base: str | Path = DEFAULT_BASE) -> Path:
     """``<base>/<job id>``: the job's checkpoint directory when none is given; a job id
     that is not one plain file name (``..``, a ``/``) is refused, so it stays under ``base``."""
     return Path(base) / job_file_name(job_id, "a checkpoint directory")
+
+
+def submission_token(env: Mapping[str, str]) -> str | None:
+    """The job's ``MOSAIC_SUBMISSION`` (set by ``mosaic submit``), or ``None`` (plain sbatch,
+    a local run); anything but 8-64 lowercase hex digits is an error naming the variable."""
+    raw = env.get("MOSAIC_SUBMISSION", "").strip()
+    if not raw:
+        return None
+    if not _SUBMISSION.match(raw):
+        raise InputError(f"MOSAIC_SUBMISSION: expected 8-64 lowercase hex digits, got {raw!r}")
+    return raw
+
+
+def read_owner(root: str | Path) -> dict[str, Any] | None:
+    """``root``'s owner record (job id and submission token), or ``None`` if it has none."""
+    path = Path(root) / OWNER_FILE
+    data = read_job_file(path)
+    if data is None:
+        return None
+    try:
+        record = loads_json(data)
+    except ValueError as e:
+        raise InputError(f"{path}: not valid JSON: {getattr(e, 'msg', e)}") from e
+    if not isinstance(record, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    return record
+
+
+def foreign_owner(root: str | Path, submission: str | None) -> dict[str, Any] | None:
+    """The owner record of ``root`` when it belongs to another submission than ``submission``;
+    ``None`` when it is ours, unclaimed, or ``submission`` is ``None`` (nothing to compare).
+    A root with checkpoints but no owner record was written before submissions had tokens:
+    another submission's as far as a token-bearing job can tell."""
+    if submission is None:
+        return None
+    owner = read_owner(root)
+    if owner is None:
+        return {} if list_checkpoints(root) else None
+    return None if owner.get("submission") == submission else owner
+
+
+def job_root(job_id: str, submission: str | None, base: str | Path = DEFAULT_BASE) -> Path:
+    """The job's checkpoint directory when none is given: ``<base>/<job id>``, unless another
+    submission of the same job id owns it (the ids started again), then ``<base>/<job id>-<token>``.
+    The same answer on every launch of one submission, so a requeued job finds its own."""
+    root = default_root(job_id, base)
+    if foreign_owner(root, submission) is None:
+        return root
+    return default_root(f"{job_id}-{submission}", base)
+
+
+def claim(root: str | Path, job_id: str, submission: str | None) -> None:
+    """Record the submission that owns ``root`` (once: an existing record is kept)."""
+    if submission is None or read_owner(root) is not None:
+        return
+    path = Path(root) / OWNER_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"job_id": job_id, "submission": submission}, sort_keys=True) + "\n")
+    os.replace(tmp, path)
 
 
 def read_complete_marker(path: str | Path) -> dict[str, Any] | None:

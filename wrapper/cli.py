@@ -60,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
         "which mosaic submit sets from #MOSAIC --global-batch-size)",
     )
     parser.add_argument(
-        "--checkpoint-dir", help="where checkpoints go (default: $MOSAIC_CHECKPOINT_DIR or ./mosaic-ckpt/JOB)"
+        "--checkpoint-dir",
+        help="where checkpoints go (default: $MOSAIC_CHECKPOINT_DIR or ./mosaic-ckpt/JOB, or "
+        "./mosaic-ckpt/JOB-TOKEN when an earlier job with the same id left its checkpoints there)",
     )
     parser.add_argument(
         "--deepspeed-config",
@@ -151,10 +153,26 @@ def _run(args: argparse.Namespace, command: list[str], env: dict[str, str], job_
         submitted = plan_from_mapping(json.loads(args.plan) if args.plan else None, "--plan")
         version = None
     plan = resolve(submitted, workers, args.global_batch, f"job {job_id}: plan")
-    ckpt_root = Path(
-        args.checkpoint_dir or env.get("MOSAIC_CHECKPOINT_DIR") or checkpoint.default_root(job_id)
-    ).resolve()
+    submission = checkpoint.submission_token(env)
+    given = args.checkpoint_dir or env.get("MOSAIC_CHECKPOINT_DIR")
+    ckpt_root = Path(given or checkpoint.job_root(job_id, submission)).resolve()
+    if given and (owner := checkpoint.foreign_owner(ckpt_root, submission)) is not None:
+        log.warning(
+            "job %s: checkpoint directory %s was written by another submission (%s): resuming from it "
+            "as asked",
+            job_id,
+            ckpt_root,
+            f"job {owner.get('job_id')}, submission {owner.get('submission')}" if owner else "no owner",
+        )
+    elif not given and ckpt_root != checkpoint.default_root(job_id).resolve():
+        log.info(
+            "job %s: %s belongs to an earlier job with the same id; this submission's checkpoints go to %s",
+            job_id,
+            checkpoint.default_root(job_id),
+            ckpt_root,
+        )
     ckpt_root.mkdir(parents=True, exist_ok=True)
+    checkpoint.claim(ckpt_root, job_id, submission)
     latest = checkpoint.latest_complete(ckpt_root)
     if latest is not None:
         previous = plan_from_mapping(latest.record.get("plan") or None, f"{latest.path}: plan")

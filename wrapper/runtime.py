@@ -199,6 +199,8 @@ class Runtime:
                 "time": round(time.time(), 3),
                 "extra": dict(extra or {}),
             }
+            if self.env.get("MOSAIC_SUBMISSION"):
+                record["submission"] = self.env["MOSAIC_SUBMISSION"]  # which submission wrote it
             checkpoint.write_complete_marker(path, record)
             if self.status_dir is not None:
                 status.append_record(

@@ -13,7 +13,7 @@ from slurm_plugin.controller.resize import ResizeError, relaunch_timeline, resiz
 from slurm_plugin.controller.rounddiff import Kind
 from slurm_plugin.directives import encode_comment
 from slurm_plugin.slurm.parse import parse_sinfo_json, parse_squeue_json
-from slurm_plugin.submit import split_arguments
+from slurm_plugin.submit import split_arguments, submit
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 
@@ -117,3 +117,20 @@ def test_mosaic_submit_takes_sbatch_options_after_the_script_or_before_it(argv, 
 def test_mosaic_submit_without_a_script_says_where_it_goes():
     with pytest.raises(Exception, match="is an option, not a script"):
         split_arguments(["--", "--gres=gpu:3"])
+
+
+def test_each_submission_carries_its_own_token_for_mosaic_run(tmp_path):
+    """A requeue keeps the job's environment, a new job reusing the id gets another token:
+    what ``mosaic-run`` tells an earlier job's checkpoints from its own by."""
+    sent = []
+
+    class Recording:
+        def submit(self, script, extra, comment, env):
+            sent.append(dict(env))
+            return str(len(sent))
+
+    script = Path(__file__).parents[2] / "contrib" / "examples" / "job.sh"
+    assert [submit(Recording(), script, [], tmp_path) for _ in range(2)] == ["1", "2"]
+    tokens = [env["MOSAIC_SUBMISSION"] for env in sent]
+    assert tokens[0] != tokens[1] and all(len(t) == 16 and int(t, 16) >= 0 for t in tokens)
+    assert all(env["MOSAIC_SPOOL"] == str(tmp_path) for env in sent)

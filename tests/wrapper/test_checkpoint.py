@@ -48,3 +48,43 @@ def test_a_damaged_marker_is_an_error_naming_it(tmp_path):
     (path / checkpoint.COMPLETE_MARKER).write_text("{")
     with pytest.raises(InputError, match="MOSAIC-COMPLETE: not valid JSON"):
         checkpoint.latest_complete(tmp_path)
+
+
+OLD, NEW = "a" * 16, "b" * 16
+
+
+def test_a_submission_token_is_hex_or_an_error_naming_the_variable():
+    assert checkpoint.submission_token({}) is None
+    assert checkpoint.submission_token({"MOSAIC_SUBMISSION": " "}) is None
+    assert checkpoint.submission_token({"MOSAIC_SUBMISSION": OLD}) == OLD
+    for bad in ("../x", "ABCDEF0123456789", "abc"):
+        with pytest.raises(InputError, match="MOSAIC_SUBMISSION: expected 8-64 lowercase hex"):
+            checkpoint.submission_token({"MOSAIC_SUBMISSION": bad})
+
+
+def test_a_job_id_reused_by_a_new_submission_gets_its_own_directory(tmp_path):
+    old_root = checkpoint.job_root("1", OLD, tmp_path)
+    assert old_root == tmp_path / "1"  # nobody there: the plain default
+    old_root.mkdir()
+    checkpoint.claim(old_root, "1", OLD)
+    make(old_root, 50, True, submission=OLD)
+    assert checkpoint.job_root("1", OLD, tmp_path) == old_root  # a requeue of the old job finds its own
+    new_root = checkpoint.job_root("1", NEW, tmp_path)
+    assert new_root == tmp_path / f"1-{NEW}" and checkpoint.latest_complete(new_root) is None
+    checkpoint.claim(old_root, "1", NEW)  # the first owner stays
+    assert checkpoint.read_owner(old_root) == {"job_id": "1", "submission": OLD}
+    assert checkpoint.job_root("1", None, tmp_path) == old_root  # no token (plain sbatch): by id, as before
+
+
+def test_checkpoints_without_an_owner_are_another_submissions_for_a_token_bearing_job(tmp_path):
+    make(tmp_path / "7", 10, True)  # written before jobs had tokens
+    assert checkpoint.foreign_owner(tmp_path / "7", NEW) == {}
+    assert checkpoint.job_root("7", NEW, tmp_path) == tmp_path / f"7-{NEW}"
+    assert checkpoint.foreign_owner(tmp_path / "8", NEW) is None  # empty or absent: free to claim
+
+
+def test_a_damaged_owner_record_is_an_error_naming_it(tmp_path):
+    (tmp_path / "3" / ".mosaic").mkdir(parents=True)
+    (tmp_path / "3" / checkpoint.OWNER_FILE).write_text("[1]")
+    with pytest.raises(InputError, match=r"owner\.json: expected a JSON object"):
+        checkpoint.job_root("3", NEW, tmp_path)

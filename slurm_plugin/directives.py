@@ -30,6 +30,7 @@ from planner.errors import InputError
 from planner.fields import loads_json
 
 COMMENT_PREFIX = "mosaic:"
+SUBMISSION = "submission"  # comment key: the token `mosaic submit` gives each submission
 FRAMEWORKS = ("torch", "deepspeed", "megatron")
 
 # directive -> (metadata key, kind); kind "flag" takes no value.

@@ -31,8 +31,10 @@ import logging
 import math
 import os
 import re
+import shutil
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +165,24 @@ def remove_plan(spool: str | Path, job_id: str) -> None:
     with FileLock(str(path.with_name(f".{path.name}.lock")), timeout=LOCK_TIMEOUT_S):
         path.unlink(missing_ok=True)
     path.with_name(f".{path.name}.lock").unlink(missing_ok=True)
+
+
+def retire_job_files(spool: str | Path, job_id: str) -> None:
+    """Remove what an earlier job with this id left in the spool (its plan file; its status
+    directory, renamed out of the way first: the controller owns ``status/``, so it may rename
+    an entry of another user's, and a directory it cannot empty is at least no longer read).
+    A Slurm controller started on fresh state numbers its jobs from 1 again; the new job must
+    not be read through the old one's progress, checkpoint marker or plan."""
+    remove_plan(spool, job_id)
+    directory = status.status_dir(spool, _job_name(job_id))
+    if directory.is_symlink():
+        directory.unlink()
+        return
+    if not directory.exists():
+        return
+    retired = directory.with_name(f".retired-{directory.name}-{os.getpid()}-{time.time_ns()}")
+    os.rename(directory, retired)
+    shutil.rmtree(retired, ignore_errors=True)
 
 
 def _trusted_status_dir(spool: str | Path, job_id: str, owner_uid: int | None) -> Path | None:

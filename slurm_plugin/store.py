@@ -310,6 +310,14 @@ class Store:
                 [(job_id, gpus, json.dumps(dict(meta)), now, now) for job_id, gpus, meta in jobs],
             )
 
+    def forget_jobs(self, job_ids: Sequence[str]) -> None:
+        """Drop the records of ``job_ids`` (an earlier job's, whose id a new job now has); the
+        action log keeps their history."""
+        with self.db:
+            self.db.executemany("DELETE FROM jobs WHERE job_id = ?", [(j,) for j in job_ids])
+        for job_id in job_ids:
+            self._seen.pop(job_id, None)
+
     def set_request(self, job_id: str, num_gpus: int) -> None:
         """Replace the job's GPU request (``mosaic resize``: the controller keeps the new count)."""
         with self.db:
@@ -414,11 +422,12 @@ class Store:
         return None if row is None else str(row[0])
 
     def stops_since(self, job_id: str, since_s: float) -> int:
-        """Stops applied to ``job_id`` since ``since_s`` (the restart rate limit)."""
+        """Stops applied to ``job_id`` since ``since_s`` (the restart rate limit); not those of
+        an earlier job with the same id (before the record's first sight)."""
         row = self.db.execute(
             "SELECT COUNT(*) FROM actions WHERE job_id = ? AND kind = 'stop' AND status = 'done' "
-            "AND time_s >= ?",
-            (job_id, since_s),
+            "AND time_s >= ? AND time_s >= COALESCE((SELECT first_seen_s FROM jobs WHERE job_id = ?), 0)",
+            (job_id, since_s, job_id),
         ).fetchone()
         return int(row[0])
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import InputError
-from slurm_plugin.directives import encode_comment, parse_directives
+from slurm_plugin.directives import SUBMISSION, encode_comment, parse_directives
 from slurm_plugin.files import read_text
 from slurm_plugin.slurm.backend import SlurmClient
 
@@ -56,10 +56,14 @@ def prepare(script: str | Path, sbatch_args: Sequence[str]) -> dict[str, Any]:
 def submit(client: SlurmClient, script: str | Path, sbatch_args: Sequence[str], spool: Path) -> str:
     """Submit ``script`` held with its metadata; returns the Slurm job id."""
     meta = prepare(script, sbatch_args)
-    # One token per submission: a requeue keeps it, a new job that reuses the id (a controller
-    # restarted on fresh state numbers from 1 again) has another, so mosaic-run never resumes
-    # an earlier job's checkpoints by id alone (wrapper.checkpoint.job_root).
-    env = {"MOSAIC_SPOOL": str(spool), "MOSAIC_SUBMISSION": secrets.token_hex(8)}
+    # One token per submission, in the comment and the job's environment: a requeue keeps
+    # both, a new job that reuses the id (a Slurm controller started on fresh state numbers
+    # from 1 again) has another, so neither the controller's store nor mosaic-run's
+    # checkpoints take an earlier job for this one by its id alone
+    # (slurm_plugin.controller.observe.reuses_an_earlier_id, wrapper.checkpoint.job_root).
+    token = secrets.token_hex(8)
+    meta[SUBMISSION] = token
+    env = {"MOSAIC_SPOOL": str(spool), "MOSAIC_SUBMISSION": token}
     if isinstance(meta.get("batch_size"), int):
         env["MOSAIC_GLOBAL_BATCH"] = str(meta["batch_size"])  # mosaic-run's default --global-batch
     return client.submit(str(script), list(sbatch_args), encode_comment(meta), env)

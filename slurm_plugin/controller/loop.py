@@ -32,6 +32,7 @@ from slurm_plugin.controller.observe import (
     build_observation,
     first_sight_meta,
     job_gpus,
+    reuses_an_earlier_id,
 )
 from slurm_plugin.controller.refine import Refiner
 from slurm_plugin.controller.rounddiff import Action, describe, diff
@@ -105,6 +106,10 @@ class Observer:
         managed = [sj for sj in jobs if sj.partition in partitions]
         ids = [sj.id for sj in managed]
         records = self.store.jobs(ids)
+        reused = [sj.id for sj in managed if sj.id in records and reuses_an_earlier_id(sj, records[sj.id])]
+        if reused:
+            self._forget(reused)
+            records = {job_id: r for job_id, r in records.items() if job_id not in reused}
         new = [
             (sj.id, job_gpus(sj), first_sight_meta(sj))
             for sj in managed
@@ -120,6 +125,18 @@ class Observer:
             if sj.state in RUNNING_STATES
         }
         return build_observation(now, jobs, nodes, records, self.config, plans, self.pending)
+
+    def _forget(self, job_ids: list[str]) -> None:
+        """An earlier job's id given to a new job: its spool files first, then its record (a
+        crash in between finds the record again next tick and repeats both)."""
+        for job_id in job_ids:
+            log.warning(
+                "job %s: a new submission with an earlier job's id (Slurm numbers from 1 again after a "
+                "fresh start): the earlier job's record, plan file and status are dropped",
+                job_id,
+            )
+            planfile.retire_job_files(self.config.spool_dir, job_id)
+        self.store.forget_jobs(job_ids)
 
     def _account(
         self, managed: list[SlurmJob], records: dict[str, JobRecord], now: float

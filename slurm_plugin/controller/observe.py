@@ -26,7 +26,7 @@ from planner.execplan import plan_from_mapping
 from planner.model import Assignment, Job, JobState, Node, Snapshot, demand_problem
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.layout import TaskLayout, layout_of
-from slurm_plugin.directives import decode_comment
+from slurm_plugin.directives import SUBMISSION, decode_comment
 from slurm_plugin.slurm.parse import SlurmJob, SlurmNode
 from slurm_plugin.store import JobRecord
 
@@ -78,6 +78,18 @@ def first_sight_meta(sj: SlurmJob) -> dict[str, Any]:
         "task_layout": layout_of(sj).to_json(),
         SUBMITTED_FEATURES: sj.features,
     }
+
+
+def reuses_an_earlier_id(sj: SlurmJob, record: JobRecord) -> bool:
+    """Whether ``sj`` is a new job that Slurm gave the id of the job ``record`` describes: a
+    controller started on fresh state numbers jobs from 1 again (the test cluster after
+    ``down``/``up``). Told by the submission token in the comment, and only for a job that has
+    never run (pending, no restart): a user who rewrites the comment of a job that ran cannot
+    make the controller forget its attained service."""
+    token = (decode_comment(sj.comment) or {}).get(SUBMISSION)
+    if not isinstance(token, str) or sj.state != "PENDING" or sj.restarts:
+        return False
+    return (record.meta or {}).get(SUBMISSION) != token
 
 
 def task_layout(sj: SlurmJob, record: JobRecord | None) -> TaskLayout:

@@ -10,14 +10,17 @@ import pytest
 from planner.config import build_scheduler, preset
 from planner.errors import ConfigError
 from planner.model import Assignment
+from slurm_plugin import planfile
 from slurm_plugin.controller.actuate import CREDENTIAL_MARGIN_S, START_SETTLE_S, Actuator
 from slurm_plugin.controller.config import ControllerConfig, controller_config
-from slurm_plugin.controller.loop import Controller
+from slurm_plugin.controller.loop import Controller, Observer
 from slurm_plugin.controller.observe import build_observation
 from slurm_plugin.controller.rounddiff import Action, Kind
+from slurm_plugin.directives import encode_comment
 from slurm_plugin.slurm.parse import parse_sinfo_json, parse_squeue_json
 from slurm_plugin.slurm.runner import SlurmCommandError
 from slurm_plugin.store import Store
+from wrapper import status as wrapper_status
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 
@@ -331,3 +334,65 @@ def test_a_start_slurm_runs_before_the_update_lands_is_done_and_named_in_the_adm
     result = Actuator(slurm, store, config, clock=clock, sleep=clock.sleep).apply(obs, [start], 2)
     assert result.done == [f"r2-start-{sj.id}"] and result.failed == [], result
     assert f"r2-start-{sj.id}" in slurm.fields[sj.id]["AdminComment"]
+
+
+def _with_comment(slurm, job_id, **changes):
+    slurm._jobs = [replace(j, **changes) if j.id == job_id else j for j in slurm._jobs]
+
+
+def _earlier_job(config, store, job_id, token):
+    """What an earlier job with this id left: a finished record with service and progress,
+    a plan file and a status directory with its heartbeats."""
+    store.add_job(job_id, 4, {"model": "resnet50", **({"submission": token} if token else {})}, 100.0)
+    store.account({job_id: (97.3, 0.875, 150.0, None)})
+    store.mark_finished([job_id], 160.0)
+    planfile.ensure_spool(config.spool_dir)
+    planfile.plan_path(config.spool_dir, job_id).write_text('{"format": "old"}\n')
+    status_dir = wrapper_status.status_dir(config.spool_dir, job_id)
+    status_dir.mkdir()
+    (status_dir / wrapper_status.HEARTBEATS).write_text('{"event": "heartbeat", "progress": 0.875}\n')
+    return status_dir
+
+
+def test_a_new_submission_with_an_earlier_jobs_id_starts_from_nothing(setup):
+    """A Slurm controller started on fresh state numbers jobs from 1 again: the store's record
+    of the earlier job 2 (4 GPUs after a resize, 97 GPU-s attained, 87.5 % done) must not
+    become the new job 2's, nor its plan file or heartbeats."""
+    config, slurm, store = setup
+    status_dir = _earlier_job(config, store, "2", "a" * 16)
+    _with_comment(slurm, "2", comment=encode_comment({"model": "bert", "submission": "b" * 16}))
+    Observer(slurm, store, config).observe()
+    record = store.job("2")
+    assert record is not None and record.finished_s is None and record.plan_version == 0
+    assert (record.num_gpus, record.attained_gpu_s, record.progress) == (1, 0.0, None)
+    assert record.meta["submission"] == "b" * 16 and record.meta["model"] == "bert"
+    assert not planfile.plan_path(config.spool_dir, "2").exists() and not status_dir.exists()
+    assert not list((config.spool_dir / "status").iterdir())  # the renamed directory removed too
+
+
+@pytest.mark.parametrize(
+    ("token", "changes"),
+    [
+        ("a" * 16, {"comment": encode_comment({"submission": "a" * 16})}),  # the same submission
+        ("a" * 16, {"comment": ""}),  # no token to compare (plain sbatch, or submitted before tokens)
+        ("a" * 16, {"comment": encode_comment({"submission": "b" * 16}), "restarts": 1}),  # it ran
+        ("a" * 16, {"comment": encode_comment({"submission": "b" * 16}), "state": "RUNNING"}),
+    ],
+)
+def test_a_job_keeps_its_record_unless_it_is_a_new_submission_that_never_ran(setup, token, changes):
+    """A user who rewrites the comment of a job that has run does not reset its attained service."""
+    config, slurm, store = setup
+    status_dir = _earlier_job(config, store, "2", token)
+    _with_comment(slurm, "2", **changes)
+    Observer(slurm, store, config).observe()
+    record = store.job("2")
+    assert record is not None and record.num_gpus == 4 and record.attained_gpu_s >= 97.3
+    assert planfile.plan_path(config.spool_dir, "2").exists() and status_dir.exists()
+
+
+def test_the_restart_rate_limit_counts_only_this_jobs_stops(setup):
+    _, _, store = setup
+    store.log_action("r1-stop-2", 1, "2", "stop", "done", "", 50.0)  # an earlier job 2's
+    store.add_job("2", 1, {}, 100.0)
+    store.log_action("r2-stop-2", 2, "2", "stop", "done", "", 120.0)
+    assert store.stops_since("2", 0.0) == 1

@@ -11,7 +11,7 @@ from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.observe import build_observation
 from slurm_plugin.controller.resize import ResizeError, relaunch_timeline, resize_target
 from slurm_plugin.controller.rounddiff import Kind
-from slurm_plugin.directives import encode_comment
+from slurm_plugin.directives import decode_comment, encode_comment
 from slurm_plugin.slurm.parse import parse_sinfo_json, parse_squeue_json
 from slurm_plugin.submit import split_arguments, submit
 
@@ -122,11 +122,12 @@ def test_mosaic_submit_without_a_script_says_where_it_goes():
 def test_each_submission_carries_its_own_token_for_mosaic_run(tmp_path):
     """A requeue keeps the job's environment, a new job reusing the id gets another token:
     what ``mosaic-run`` tells an earlier job's checkpoints from its own by."""
-    sent = []
+    sent, comments = [], []
 
     class Recording:
         def submit(self, script, extra, comment, env):
             sent.append(dict(env))
+            comments.append(comment)
             return str(len(sent))
 
     script = Path(__file__).parents[2] / "contrib" / "examples" / "job.sh"
@@ -134,3 +135,4 @@ def test_each_submission_carries_its_own_token_for_mosaic_run(tmp_path):
     tokens = [env["MOSAIC_SUBMISSION"] for env in sent]
     assert tokens[0] != tokens[1] and all(len(t) == 16 and int(t, 16) >= 0 for t in tokens)
     assert all(env["MOSAIC_SPOOL"] == str(tmp_path) for env in sent)
+    assert [decode_comment(c)["submission"] for c in comments] == tokens  # the controller's copy

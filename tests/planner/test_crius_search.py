@@ -518,6 +518,24 @@ def test_a_shrunk_job_pays_its_restart():
     assert one.finish_time_s == pytest.approx(100 + 30 + (3600 - done_by_100), rel=1e-9)
 
 
+def test_a_job_that_cannot_meet_its_deadline_is_dropped_whoever_placed_it():
+    # Found by hypothesis (test_replanning_an_applied_plan_changes_nothing, crius-ddl). Job 0
+    # (one GPU, 3,600 s left, deadline at 2,000 s) cannot finish in time on any Cell. In the
+    # first round the placement gives the only A10 to job 1, the search moves job 1 to the
+    # A100s and drops job 0. Re-planned, the placement puts job 0 on the A10 left free, and
+    # the search, which only decided jobs the placement left waiting, started it.
+    nodes = (*(Node(f"n{k}", 1, "a100", 4, 16.0) for k in range(4)), Node("n4", 1, "a10", 4, 16.0))
+    doomed = Job("0", 1, "fake", 1.0, remaining_s=3600.0, batch_size=64, deadline_s=2000.0, gpu_type="a10")
+    doomed = replace(doomed, min_gpus=1, max_gpus=1)
+    other = Job("1", 1, "fake", 0.0, remaining_s=600.0, batch_size=64, gpu_type="a100")
+    snapshot = Snapshot(100.0, nodes, (doomed, other))
+    sched = SCHEDULERS["ddl"]
+    first = plan_round(snapshot, sched)
+    assert "0" not in first.assignments and "1" in first.assignments
+    second = plan_round(_applied(snapshot, first), sched)
+    assert second.assignments == first.assignments and second.started == ()
+
+
 @pytest.mark.xfail(strict=True, reason="open: the search finds in the round after what it missed")
 def test_replanning_after_an_eight_gpu_job_waited_changes_nothing():
     # Found by hypothesis (5,000 random draws of test_replanning_an_applied_plan_changes_nothing,

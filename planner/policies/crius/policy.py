@@ -216,11 +216,21 @@ class CriusAllocation:
         jobs = {j.id: j for j in snapshot.jobs}
         pricing = self.pricing(snapshot)
         # Priced elastic jobs, and priced rigid jobs the placement left waiting (the search
-        # may make room for them; their only Cell is the shape they asked for).
+        # may make room for them; their only Cell is the shape they asked for). Under
+        # crius-ddl every waiting job with a deadline too, placed or not: the search drops one
+        # that cannot finish by it (§8.5), which the placement stage does not know to do, and
+        # whether the placement placed it depends on where others ran (a job dropped in one
+        # round was started in the next, on a GPU the first round's placement had given away).
         handled = [
             jobs[j.id]
             for j in ordered
-            if (jobs[j.id].elastic or (not j.is_running and j.id not in draft.assignments))
+            if (
+                jobs[j.id].elastic
+                or (
+                    not j.is_running
+                    and (j.id not in draft.assignments or (self.deadlines and j.deadline_s is not None))
+                )
+            )
             and pricing.priced(jobs[j.id])
         ]
         if not handled:

@@ -49,7 +49,7 @@ class Target:
 
     label: str  # the script path or ``example:NAME``
     model: str
-    command: Callable[[int, PlanSample | None], list[str]]  # (cpus, plan sample) -> argv
+    command: Callable[[int, PlanSample | None, int | None], list[str]]  # (cpus, sample, global batch)
     identity: Mapping[str, Any]
     framework: str = "torch"
     global_batch: int | None = None
@@ -71,7 +71,7 @@ def script_target(path: str | Path) -> Target:
     return Target(
         label=str(p),
         model=str(meta.get("model") or p.stem),
-        command=lambda cpus, sample: ["bash", str(absolute)],
+        command=lambda cpus, sample, batch: ["bash", str(absolute)],  # the batch: MOSAIC_GLOBAL_BATCH
         identity={"script": str(absolute), "sha256": hashlib.sha256(text.encode()).hexdigest()},
         framework=str(meta.get("framework") or "torch"),
         global_batch=meta.get("batch_size"),
@@ -111,7 +111,7 @@ def example_target(name: str, steps: int, data_dir: Path | None = None) -> Targe
     return Target(
         label=f"example:{name}",
         model=name,
-        command=lambda cpus, sample: _example_argv(name, cpus, steps, data_dir, sample),
+        command=lambda cpus, sample, batch: _example_argv(name, cpus, steps, data_dir, sample, batch),
         identity={"example": name, "steps": steps},
         global_batch=example.batch,
         prepare=examples.prepare_command(name, data_dir),
@@ -121,14 +121,17 @@ def example_target(name: str, steps: int, data_dir: Path | None = None) -> Targe
 
 
 def _example_argv(
-    name: str, cpus: int, steps: int, data_dir: Path | None, sample: PlanSample | None
+    name: str, cpus: int, steps: int, data_dir: Path | None, sample: PlanSample | None, batch: int | None
 ) -> list[str]:
     """A CPU run: the script plainly on ``cpus``. A plan sample: under ``mosaic-run`` (which
-    reads the profiler's plan file and starts the ranks), each rank on ``--threads``."""
+    reads the profiler's plan file and starts the ranks), each rank on ``--threads``. Both
+    with the profile's global batch (``--global-batch``; the example's own by default)."""
     if sample is None:
-        return examples.example_command(name, cpus, steps, local=True, data_dir=data_dir)
+        return examples.example_command(name, cpus, steps, local=True, batch=batch, data_dir=data_dir)
     extra = ("--threads", str(sample.threads))
-    return examples.example_command(name, cpus, steps, local=False, data_dir=data_dir, extra_args=extra)
+    return examples.example_command(
+        name, cpus, steps, local=False, batch=batch, data_dir=data_dir, extra_args=extra
+    )
 
 
 def target_from(spec: str, steps: int, data_dir: Path | None = None) -> Target:
@@ -237,7 +240,7 @@ class LocalLauncher:
             "SLURM_CPUS_ON_NODE": str(setup.cpus),
             "SLURM_SUBMIT_DIR": os.getcwd(),
         }
-        argv = setup.target.command(setup.cpus, setup.sample)
+        argv = setup.target.command(setup.cpus, setup.sample, setup.target.global_batch)
         # No Slurm job around a local run: a profiler started inside one must not make
         # mosaic-run launch with srun or read that job's plan file.
         clean = {k: v for k, v in os.environ.items() if k not in {"SLURM_JOB_ID", "SLURM_JOBID"}}
@@ -292,7 +295,12 @@ class SrunLauncher:
         task = [self.python, "-m", "slurm_plugin.profile_task", "--cpus", str(setup.cpus)]
         if setup.sample is not None:
             task.append("--local-ranks")
-        argv += ["--", *task, "--", *setup.target.command(setup.cpus, setup.sample)]
+        argv += [
+            "--",
+            *task,
+            "--",
+            *setup.target.command(setup.cpus, setup.sample, setup.target.global_batch),
+        ]
         return _popen(argv, {**self.slurm_env, **setup.environment()}, output)
 
     def cleanup(self, setup: RunSetup) -> None:

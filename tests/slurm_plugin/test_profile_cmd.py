@@ -221,11 +221,16 @@ def test_an_example_runs_plainly_for_the_cpu_search_and_under_mosaic_run_for_a_p
     from slurm_plugin.profiler import example_target
 
     target = example_target("text-transformer", steps=50)
-    plain = target.command(2, None)
+    plain = target.command(2, None, 16)
     assert "mosaic-run" not in " ".join(plain) and plain[plain.index("--cpus") + 1] == "2"
-    sampled = target.command(2, PlanSample(2, 1))
+    sampled = target.command(2, PlanSample(2, 1), 16)
     assert Path(sampled[0]).name == "mosaic-run" and sampled[sampled.index("--threads") + 1] == "1"
     assert target.task == "language" and target.global_batch is not None
+    # --global-batch 32: the script and mosaic-run are told the profile's batch, not the
+    # example's 16 (mosaic-run refused a plan whose global batch was not its own).
+    other = target.command(2, PlanSample(2, 1), 32)
+    assert other[other.index("--global-batch") + 1] == "32" and other[other.index("--batch") + 1] == "32"
+    assert target.command(1, None, 32)[target.command(1, None, 32).index("--batch") + 1] == "32"
 
 
 def test_a_real_example_is_profiled(tmp_path, capsys):

@@ -124,7 +124,9 @@ def train(args: argparse.Namespace, rt: runtime.Runtime, cpus: int, distributed:
     stream = SampleStream(args.sequences, args.seed)
     model: nn.Module = TinyLM(args.vocab, args.length, args.dim, args.layers, args.heads)
     if distributed:
-        model = nn.parallel.DistributedDataParallel(model)
+        # The causal mask is a constant buffer: broadcasting it before every forward (DDP's
+        # default) would add a collective to each micro-step of gradient accumulation.
+        model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     start = rt.load_checkpoint(model, optimizer)
     timer = Timer(global_batch)

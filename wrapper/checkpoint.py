@@ -109,17 +109,7 @@ def submission_token(env: Mapping[str, str]) -> str | None:
 
 def read_owner(root: str | Path) -> dict[str, Any] | None:
     """``root``'s owner record (job id and submission token), or ``None`` if it has none."""
-    path = Path(root) / OWNER_FILE
-    data = read_job_file(path)
-    if data is None:
-        return None
-    try:
-        record = loads_json(data)
-    except ValueError as e:
-        raise InputError(f"{path}: not valid JSON: {getattr(e, 'msg', e)}") from e
-    if not isinstance(record, dict):
-        raise InputError(f"{path}: expected a JSON object")
-    return record
+    return _read_object(Path(root) / OWNER_FILE)
 
 
 def foreign_owner(root: str | Path, submission: str | None) -> dict[str, Any] | None:
@@ -159,16 +149,21 @@ def claim(root: str | Path, job_id: str, submission: str | None) -> None:
 def read_complete_marker(path: str | Path) -> dict[str, Any] | None:
     """The marker's record, or ``None`` when the checkpoint is incomplete (no marker, or a
     marker that is a symbolic link or not a regular file: never followed)."""
-    marker = Path(path) / COMPLETE_MARKER
-    data = read_job_file(marker)
+    return _read_object(Path(path) / COMPLETE_MARKER)
+
+
+def _read_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path`` (``None``: absent, a link, not a regular file); anything
+    but a JSON object is an error naming the file."""
+    data = read_job_file(path)
     if data is None:
         return None
     try:
         record = loads_json(data)
     except ValueError as e:
-        raise InputError(f"{marker}: not valid JSON: {getattr(e, 'msg', e)}") from e
+        raise InputError(f"{path}: not valid JSON: {getattr(e, 'msg', e)}") from e
     if not isinstance(record, dict):
-        raise InputError(f"{marker}: expected a JSON object")
+        raise InputError(f"{path}: expected a JSON object")
     return record
 
 

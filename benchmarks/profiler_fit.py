@@ -1,0 +1,115 @@
+"""Rubick's performance model fitted from the profiler's seven CPU plan samples, against other
+measured CPU configurations of the same job.
+
+    python -m benchmarks.profiler_fit                 # ~12 min on 2 cores: 7 + 14 runs of 20 s
+    python -m benchmarks.profiler_fit --run-s 30
+
+Three ``mosaic profile --example text-transformer --local`` commands, as a user runs them:
+
+1. ``--plans auto`` at the example's global batch (16): the seven default samples (1-2 ranks of
+   one thread, gradient accumulation 1-8), fitted into ``text.perfmodel.json``;
+2. seven other configurations at batch 16: 2 ranks with accumulation 8, 1 rank with 16, and
+   1 rank of 2 threads with accumulation 1-16;
+3. seven at batch 32: 1-2 ranks of one thread and 1 rank of two, accumulation 1-16;
+
+then ``mosaic perfmodel validate`` of the fit on the samples themselves and on the 14 others.
+The load average before and after each command is recorded (the runs are pinned to cores, but
+on a machine this small anything else running is in their way). Writes
+``benchmarks/results/profiler_fit.json`` with the measured rows and the fitted parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import write_result
+
+SHAPE = "0.43776,64,128,2"  # text-transformer: parameters (M), sequence, hidden, layers
+OTHER_16 = [
+    {"ranks": 2, "threads": 1, "plan": {"grad_accum": 8}},
+    {"ranks": 1, "threads": 1, "plan": {"grad_accum": 16}},
+    *({"ranks": 1, "threads": 2, "plan": {"grad_accum": a} if a > 1 else {}} for a in (1, 2, 4, 8, 16)),
+]
+OTHER_32 = [
+    {"ranks": 1, "threads": 1, "plan": {}},
+    {"ranks": 2, "threads": 1, "plan": {}},
+    {"ranks": 1, "threads": 1, "plan": {"grad_accum": 4}},
+    {"ranks": 2, "threads": 1, "plan": {"grad_accum": 4}},
+    {"ranks": 1, "threads": 2, "plan": {}},
+    {"ranks": 1, "threads": 2, "plan": {"grad_accum": 4}},
+    {"ranks": 2, "threads": 1, "plan": {"grad_accum": 16}},
+]
+
+
+def mosaic(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [str(Path(sys.executable).parent / "mosaic"), *args]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)}: exit {done.returncode}\n{done.stderr[-2000:]}")
+    return done
+
+
+def profile(out: Path, plans: str, run_s: float, batch: int | None = None) -> dict[str, Any]:
+    args = ["profile", "--example", "text-transformer", "--local", "--cpus", "2", "--plans", plans]
+    args += ["--model-shape", SHAPE, "--run-s", f"{run_s:g}", "--out", str(out), "--json"]
+    if batch is not None:
+        args += ["--global-batch", str(batch)]
+    load_before = os.getloadavg()[0]
+    summary = json.loads(mosaic(*args).stdout)
+    return {"command": "mosaic " + " ".join(args), "load_before": load_before,
+            "load_after": os.getloadavg()[0], "summary": summary}  # fmt: skip
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with path.open() as f:
+        return [
+            {k: r[k] for k in ("global_batch", "gpus", "cpus_per_gpu", "grad_accum", "iter_time_s", "source")}
+            for r in csv.DictReader(f)
+        ]
+
+
+def validate(params: Path, measured: Path) -> dict[str, Any]:
+    return json.loads(mosaic("perfmodel", "validate", str(params), str(measured), "--json").stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--run-s", type=float, default=20.0, help="seconds measured per run")
+    parser.add_argument("--out", default="profiler_fit", help="result name under benchmarks/results/")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mosaic-profiler-fit-") as tmp:
+        root = Path(tmp)
+        fitted = profile(root / "text.json", "auto", args.run_s)
+        other16 = profile(root / "o16.json", json.dumps(OTHER_16), args.run_s)
+        other32 = profile(root / "o32.json", json.dumps(OTHER_32), args.run_s, batch=32)
+        others = root / "others.csv"
+        lines = (root / "o16.samples.csv").read_text().splitlines()
+        lines += (root / "o32.samples.csv").read_text().splitlines()[1:]
+        others.write_text("\n".join(lines) + "\n")
+        params = root / "text.perfmodel.json"
+        result = {
+            "command": "python -m benchmarks.profiler_fit " + " ".join(sys.argv[1:]),
+            "profiles": {"samples": fitted, "other_16": other16, "other_32": other32},
+            "samples": rows(root / "text.samples.csv"),
+            "others": rows(others),
+            "perfmodel": json.loads(params.read_text()),
+            "validate_on_samples": validate(params, root / "text.samples.csv"),
+            "validate_on_others": validate(params, others),
+        }
+    write_result(args.out, result)
+    for key in ("validate_on_samples", "validate_on_others"):
+        print(key, json.dumps(result[key])[:400])
+
+
+if __name__ == "__main__":
+    main()

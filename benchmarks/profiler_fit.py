@@ -1,4 +1,4 @@
-"""Rubick's performance model fitted from the profiler's seven CPU plan samples, against other
+"""The performance models fitted from the profiler's seven CPU plan samples, against other
 measured CPU configurations of the same job.
 
     python -m benchmarks.profiler_fit                 # ~12 min on 2 cores: 7 + 14 runs of 20 s
@@ -7,12 +7,14 @@ measured CPU configurations of the same job.
 Three ``mosaic profile --example text-transformer --local`` commands, as a user runs them:
 
 1. ``--plans auto`` at the example's global batch (16): the seven default samples (1-2 ranks of
-   one thread, gradient accumulation 1-8), fitted into ``text.perfmodel.json``;
-2. seven other configurations at batch 16: 2 ranks with accumulation 8, 1 rank with 16, and
-   1 rank of 2 threads with accumulation 1-16;
+   one thread and one rank of two, gradient accumulation 1-8), fitted into
+   ``text.perfmodel.json`` (Rubick's model) and ``text.cpu-step.json`` (the CPU step model);
+2. seven other configurations at batch 16: 2 ranks with accumulation 2 and 8, 1 rank with 2
+   and 16, and 1 rank of 2 threads with accumulation 2, 8 and 16;
 3. seven at batch 32: 1-2 ranks of one thread and 1 rank of two, accumulation 1-16;
 
-then ``mosaic perfmodel validate`` of the fit on the samples themselves and on the 14 others.
+then ``mosaic perfmodel validate`` of each fit on the samples themselves and on the others
+(the 14 configurations less any that the default samples also measured).
 The load average before and after each command is recorded (the runs are pinned to cores, but
 on a machine this small anything else running is in their way). Writes
 ``benchmarks/results/profiler_fit.json`` with the measured rows and the fitted parameters.
@@ -35,8 +37,10 @@ from benchmarks.common import write_result
 SHAPE = "0.43776,64,128,2"  # text-transformer: parameters (M), sequence, hidden, layers
 OTHER_16 = [
     {"ranks": 2, "threads": 1, "plan": {"grad_accum": 8}},
+    {"ranks": 2, "threads": 1, "plan": {"grad_accum": 2}},
+    {"ranks": 1, "threads": 1, "plan": {"grad_accum": 2}},
     {"ranks": 1, "threads": 1, "plan": {"grad_accum": 16}},
-    *({"ranks": 1, "threads": 2, "plan": {"grad_accum": a} if a > 1 else {}} for a in (1, 2, 4, 8, 16)),
+    *({"ranks": 1, "threads": 2, "plan": {"grad_accum": a}} for a in (2, 8, 16)),
 ]
 OTHER_32 = [
     {"ranks": 1, "threads": 1, "plan": {}},
@@ -76,6 +80,14 @@ def rows(path: Path) -> list[dict[str, str]]:
         ]
 
 
+def _config(row: dict[str, str]) -> tuple[str, ...]:
+    return tuple(row[k] for k in ("global_batch", "gpus", "cpus_per_gpu", "grad_accum"))
+
+
+def _rows_of(header: str, body: list[str]) -> list[dict[str, str]]:
+    return list(csv.DictReader([header, *body]))
+
+
 def validate(params: Path, measured: Path) -> dict[str, Any]:
     return json.loads(mosaic("perfmodel", "validate", str(params), str(measured), "--json").stdout)
 
@@ -93,22 +105,32 @@ def main() -> None:
         other16 = profile(root / "o16.json", json.dumps(OTHER_16), args.run_s)
         other32 = profile(root / "o32.json", json.dumps(OTHER_32), args.run_s, batch=32)
         others = root / "others.csv"
+        sampled = {_config(r) for r in rows(root / "text.samples.csv")}
         lines = (root / "o16.samples.csv").read_text().splitlines()
         lines += (root / "o32.samples.csv").read_text().splitlines()[1:]
-        others.write_text("\n".join(lines) + "\n")
-        params = root / "text.perfmodel.json"
+        header, body = lines[0], lines[1:]
+        kept = [
+            line
+            for line, row in zip(body, _rows_of(header, body), strict=True)
+            if _config(row) not in sampled
+        ]
+        others.write_text("\n".join([header, *kept]) + "\n")
+        params, cpu = root / "text.perfmodel.json", root / "text.cpu-step.json"
         result = {
             "command": "python -m benchmarks.profiler_fit " + " ".join(sys.argv[1:]),
             "profiles": {"samples": fitted, "other_16": other16, "other_32": other32},
             "samples": rows(root / "text.samples.csv"),
             "others": rows(others),
             "perfmodel": json.loads(params.read_text()),
+            "cpu_step": json.loads(cpu.read_text()),
             "validate_on_samples": validate(params, root / "text.samples.csv"),
             "validate_on_others": validate(params, others),
+            "cpu_step_on_samples": validate(cpu, root / "text.samples.csv"),
+            "cpu_step_on_others": validate(cpu, others),
         }
     write_result(args.out, result)
-    for key in ("validate_on_samples", "validate_on_others"):
-        print(key, json.dumps(result[key])[:400])
+    for key in ("validate_on_samples", "validate_on_others", "cpu_step_on_samples", "cpu_step_on_others"):
+        print(key, json.dumps(result[key]["overall"]))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ from typing import Any
 
 from planner.errors import InputError, ProfileError
 from planner.fields import Fields, json_document
+from profiles.perfmodel import cpu_step
+from profiles.perfmodel.cpu_step import CpuStepModel
 from profiles.perfmodel.fit import ModelFit, PerfModel
 from profiles.perfmodel.query import Environment, ModelShape
 from profiles.perfmodel.terms import PARAM_NAMES, PerfParams
@@ -74,6 +76,19 @@ def to_document(model: PerfModel, samples: int | None = None) -> dict[str, Any]:
     return document
 
 
+def read_any(document: Any, source: str = "perfmodel") -> PerfModel | CpuStepModel:
+    """A ``mosaic-perfmodel/1`` document of either kind: Rubick's model (``"model":
+    "rubick"``) or the profiler's CPU step model (``"cpu-step"``); errors name the key."""
+    data = json_document(document, source, ProfileError)
+    f = Fields(data, source, ProfileError)
+    if f.req_str("format") != FORMAT:
+        f.fail_key("format", f"expected {FORMAT!r}, got {f.data['format']!r}")
+    kind = f.req_str("model")
+    if kind == cpu_step.KIND:
+        return cpu_step.from_document(data, source)
+    return from_document(data, source)
+
+
 def from_document(document: Any, source: str = "perfmodel") -> PerfModel:
     """Read a ``mosaic-perfmodel/1`` document (JSON text or parsed); errors name the key."""
     f = Fields(json_document(document, source, ProfileError), source, ProfileError)
@@ -81,7 +96,7 @@ def from_document(document: Any, source: str = "perfmodel") -> PerfModel:
     if f.req_str("format") != FORMAT:
         f.fail_key("format", f"expected {FORMAT!r}, got {f.data['format']!r}")
     if f.req_str("model") != KIND:
-        f.fail_key("model", f"expected {KIND!r}, got {f.data['model']!r}")
+        f.fail_key("model", f"expected {KIND!r} or {cpu_step.KIND!r}, got {f.data['model']!r}")
     env_fields = f.child("environment")
     env_fields.only(_ENV_KEYS)
     given = {k: env_fields.opt_float(k, minimum=0.0) for k in _ENV_KEYS}

@@ -187,9 +187,9 @@ def default_plan_samples(max_cpus: int, offload: bool) -> tuple[PlanSample, ...]
     With ``offload`` (a DeepSpeed job): plain data parallelism, ZeRO-2 and three
     ZeRO-Offload runs (the three offload parameters need them), over 1 and 2 ranks and 1
     and 2 threads (the threads matter to the offloaded optimizer step). Without (a torch
-    job): data parallelism on 1 and 2 ranks with gradient accumulation of 1, 2, 4 and 8
-    steps. Activation checkpointing is not among the defaults: a script that does not
-    implement it would run plain data parallelism under that label, and the model would
+    job): data parallelism on 1 and 2 ranks of one thread and 1 rank of two, with gradient
+    accumulation of 1, 4 and 8 steps. Activation checkpointing is not among the defaults: a
+    script that does not implement it would run plain data parallelism under that label, and the model would
     be fitted to a recompute that never happened; ``--plans JSON`` samples it where the job
     does it.
     """
@@ -212,18 +212,21 @@ def default_plan_samples(max_cpus: int, offload: bool) -> tuple[PlanSample, ...]
             (1, 2, zero2),
         ]
     else:
+        # Ranks, threads and accumulation each vary: the CPU step model's five parameters
+        # (profiles.perfmodel.cpu_step) need all three (its thread width only from runs of
+        # two threads, its per-micro-step cost only from accumulation).
         ga = {k: ExecPlan(grad_accum=k) for k in (2, 4, 8)}
         wanted = [
             (1, 1, dp),
             (2, 1, dp),
-            (1, 1, ga[2]),
-            (2, 1, ga[2]),
+            (1, 2, dp),
             (1, 1, ga[4]),
             (2, 1, ga[4]),
+            (1, 2, ga[4]),
             (1, 1, ga[8]),
             (2, 1, ga[8]),
+            (1, 1, ga[2]),
             (4, 1, dp),
-            (4, 1, ga[2]),
         ]
     samples = [PlanSample(r, t, p) for r, t, p in wanted if r * t <= max_cpus][:MIN_PLAN_SAMPLES]
     if len(samples) < MIN_PLAN_SAMPLES:

@@ -1,7 +1,9 @@
 """``mosaic perfmodel``: fit Rubick's performance model, predict with it, check it.
 
-* ``fit SAMPLES.csv [--model M] --out PARAMS.json``: fit the parameters (Rubick §4.3) to
-  measured iteration times and write a ``mosaic-perfmodel/1`` document;
+* ``fit SAMPLES.csv [--model M] [--kind rubick|cpu-step] --out PARAMS.json``: fit the
+  parameters (Rubick §4.3; ``cpu-step``: the step model of ranks of CPU threads,
+  :mod:`profiles.perfmodel.cpu_step`, which ``mosaic profile`` fits) to measured iteration
+  times and write a ``mosaic-perfmodel/1`` document;
 * ``predict PARAMS.json QUERIES.csv [--out PRED.csv]``: the same rows with a
   ``pred_iter_time_s`` column (empty where ``--gpu-mem-gb`` says the plan does not fit);
 * ``validate PARAMS.json MEASURED.csv [--json]``: relative errors per model and plan.
@@ -20,9 +22,18 @@ import sys
 
 from planner.errors import InputError
 from profiles.names import normalise
-from profiles.perfmodel import FitOptions, PerfModel, PointError, accuracy, fit_perfmodel, format_accuracy
+from profiles.perfmodel import (
+    FitOptions,
+    PerfModel,
+    PointError,
+    accuracy,
+    cpu_step,
+    fit_perfmodel,
+    format_accuracy,
+)
+from profiles.perfmodel.cpu_step import CpuStepModel, fit_cpu_step
 from profiles.perfmodel.csvio import PREDICTION_COLUMN, Table, format_table, parse_table
-from profiles.perfmodel.document import from_document, to_document
+from profiles.perfmodel.document import FORMAT, read_any, to_document
 from profiles.perfmodel.query import ModelShape, plan_label
 from slurm_plugin.files import read_text, write_atomic, write_json
 
@@ -46,6 +57,13 @@ def add_parser(
     f.add_argument("samples", metavar="SAMPLES.csv", help="measured configurations (with iter_time_s)")
     f.add_argument("--model", action="append", default=[], metavar="M", help="fit only model M (repeatable)")
     f.add_argument("--out", metavar="PARAMS.json", required=True, help="where to write the fitted parameters")
+    f.add_argument(
+        "--kind",
+        choices=("rubick", cpu_step.KIND),
+        default="rubick",
+        help="Rubick's model (GPU steps; default) or the CPU step model (ranks of CPU threads, "
+        "as mosaic profile measures them)",
+    )
     f.add_argument(
         "--pooling",
         type=float,
@@ -80,11 +98,11 @@ def add_parser(
     v.set_defaults(run=run_validate)
 
 
-def _load_model(path: str) -> PerfModel:
-    return from_document(read_text(path), path)
+def _load_model(path: str) -> PerfModel | CpuStepModel:
+    return read_any(read_text(path), path)
 
 
-def _shapes(model: PerfModel) -> dict[str, ModelShape]:
+def _shapes(model: PerfModel | CpuStepModel) -> dict[str, ModelShape]:
     return {key: fitted.shape for key, fitted in model.models.items()}
 
 
@@ -99,9 +117,15 @@ def run_fit(args: argparse.Namespace) -> int:
             raise InputError(
                 f"{args.samples}: no rows of {', '.join(args.model)}; models there: {', '.join(present)}"
             )
-    options = FitOptions(pooling=args.pooling, rate_pooling=args.rate_pooling)
-    model = fit_perfmodel([r.measurement() for r in rows], options)
-    write_json(args.out, to_document(model, samples=len(rows)))
+    model: PerfModel | CpuStepModel
+    if args.kind == cpu_step.KIND:
+        model = fit_cpu_step([r.measurement() for r in rows])
+        write_json(args.out, cpu_step.to_document(model, FORMAT, samples=len(rows)))
+    else:
+        model = fit_perfmodel(
+            [r.measurement() for r in rows], FitOptions(pooling=args.pooling, rate_pooling=args.rate_pooling)
+        )
+        write_json(args.out, to_document(model, samples=len(rows)))
     print(f"fitted {len(rows)} samples of {len(model.models)} model(s), RMSLE {model.rmsle:.4f}")
     print(f"wrote {args.out}")
     return 0
@@ -125,7 +149,9 @@ def run_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def _warn_unusable_forwards(model: PerfModel, table: Table) -> None:
+def _warn_unusable_forwards(model: PerfModel | CpuStepModel, table: Table) -> None:
+    if not isinstance(model, PerfModel):
+        return  # the CPU step model uses no forward times
     rows = list(table.rows)
     for i in model.unusable_forwards([r.query for r in rows], [r.fwd_time_s for r in rows]):
         log.warning(
@@ -137,7 +163,7 @@ def _warn_unusable_forwards(model: PerfModel, table: Table) -> None:
         )
 
 
-def _points(model: PerfModel, table: Table) -> list[PointError]:
+def _points(model: PerfModel | CpuStepModel, table: Table) -> list[PointError]:
     _warn_unusable_forwards(model, table)
     predicted = model.predict_many([r.query for r in table.rows], [r.fwd_time_s for r in table.rows])
     points = []

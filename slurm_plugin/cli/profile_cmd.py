@@ -9,7 +9,9 @@ Short real runs of the job (``srun`` on the cluster, or with ``--local`` plain p
 pinned to the given number of cores), each measured from the heartbeats it reports
 through the runtime API. Synergy's optimistic CPU search (§3.1) gives the CPU curve of the
 document's ``optimistic`` block; ``--plans`` adds Rubick's sampled runs (§4.3), written as
-perfmodel CSV rows (``PROFILE.samples.csv``) and fitted (``PROFILE.perfmodel.json``);
+perfmodel CSV rows (``PROFILE.samples.csv``) and fitted (``PROFILE.perfmodel.json``, Rubick's
+model; ``PROFILE.cpu-step.json``, the step model of ranks of CPU threads, which describes the
+profiler's own runs: :mod:`profiles.perfmodel.cpu_step`);
 ``--pairs`` adds each partner's co-location slowdown (the ``colocation`` block). The state
 (``PROFILE.json.state.json``) is saved after every run: the same command resumes.
 """
@@ -29,6 +31,7 @@ from profiles.perfmodel.query import ModelShape
 from profiles.profiler.output import (
     CacheSpec,
     cpu_curve_points,
+    fit_cpu_samples,
     fit_samples,
     profile_document,
     sample_rows,
@@ -383,6 +386,9 @@ def run_profile(args: argparse.Namespace) -> int:
                 fitted, perf_doc = fit_samples(text, str(csv_path))
                 files[out.with_name(out.stem + ".perfmodel.json")] = json.dumps(perf_doc, indent=2) + "\n"
                 summary["perfmodel_rmsle"] = round(fitted.rmsle or 0.0, 4)
+                cpu_fitted, cpu_doc = fit_cpu_samples(text, str(csv_path))
+                files[out.with_name(out.stem + ".cpu-step.json")] = json.dumps(cpu_doc, indent=2) + "\n"
+                summary["cpu_step_rmsle"] = round(cpu_fitted.rmsle or 0.0, 4)
     profiler.write_outputs(files)
     summary["wrote"] = [str(p) for p in files]
     if args.json:

@@ -168,3 +168,36 @@ def test_validate_warns_about_a_forward_time_below_the_physical_floor(params, tm
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert len(warnings) == 1
     assert "m.csv:2: column 'fwd_time_s': 0.000375 s is below" in warnings[0]
+
+
+def test_the_cpu_step_kind_is_fitted_predicted_and_validated_from_the_same_csv(tmp_path, capsys):
+    # Seven CPU runs of the profiler's default shapes (ranks x threads x accumulation) measured
+    # on 2 cores (benchmarks/results/profiler_fit.json), and three others to predict.
+    header = (
+        "model,params_m,global_batch,seq_len,hidden,layers,nodes,gpus,cpus_per_gpu,dp,tp,pp,"
+        "zero_stage,offload_optimizer,grad_accum,activation_checkpointing,iter_time_s\n"
+    )
+    runs = [(1, 1, 1, 0.0369), (2, 1, 1, 0.0296), (1, 2, 1, 0.0241), (1, 1, 4, 0.0388), (2, 1, 4, 0.0500),
+            (1, 2, 4, 0.0337), (1, 1, 8, 0.0461)]  # fmt: skip
+    others = [(1, 2, 8, 0.0417), (1, 1, 16, 0.0621), (2, 1, 2, 0.0396)]
+
+    def table(rows):
+        lines = [f"tt,0.43776,16,64,128,2,1,{r},{t},{r},1,1,0,0,{a},0,{s}\n" for r, t, a, s in rows]
+        return header + "".join(lines)
+
+    samples, measured, out = tmp_path / "s.csv", tmp_path / "m.csv", tmp_path / "cs.json"
+    samples.write_text(table(runs))
+    measured.write_text(table(others))
+    assert main(["perfmodel", "fit", str(samples), "--kind", "cpu-step", "--out", str(out)]) == 0
+    document = json.loads(out.read_text())
+    assert document["model"] == "cpu-step" and set(document["models"]["tt"]) >= {"c_micro", "theta"}
+    capsys.readouterr()
+    assert main(["perfmodel", "validate", str(out), str(measured), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["overall"]["n"] == 3 and result["overall"]["avg_pct"] < 10.0
+    assert main(["perfmodel", "predict", str(out), str(measured)]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("pred_iter_time_s")
+    assert (
+        main(["perfmodel", "fit", str(samples), "--kind", "cpu-step", "--model", "tt", "--out", str(out)])
+        == 0
+    )

@@ -136,9 +136,13 @@ def test_plan_samples_run_under_each_plan_and_are_fitted(tmp_path, capsys):
     assert len(rows) == 8 and rows[0].startswith("model,params_m,global_batch")
     perf = json.loads((tmp_path / "plans.perfmodel.json").read_text())
     assert perf["format"] == "mosaic-perfmodel/1" and perf["models"]["burn"]["samples"] == 7
+    cpu = json.loads((tmp_path / "plans.cpu-step.json").read_text())
+    assert cpu["model"] == "cpu-step" and cpu["models"]["burn"]["samples"] == 7
+    assert summary["cpu_step_rmsle"] >= 0
     runs = tmp_path / "plans.json.runs"
     two_ranks = [d for d in runs.iterdir() if d.name.startswith("plan-r2t1")]
-    assert len(two_ranks) == 3  # dp, grad_accum=2 and grad_accum=4 on two ranks
+    assert len(two_ranks) == 2  # dp and grad_accum=4 on two ranks
+    assert [d for d in runs.iterdir() if d.name.startswith("plan-r1t2")]  # and a rank of two threads
     for d in two_ranks:
         beat = [b for b in records(d) if b.get("event") == "heartbeat"][-1]
         assert beat["ranks"] == 2 and json.loads(str(beat["plan_seen"]))["dp"] == 2

@@ -1,0 +1,87 @@
+"""The CPU step model: the profiler's runs of ranks of CPU threads."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from planner.errors import InputError, ProfileError
+from planner.execplan import ExecPlan
+from profiles.perfmodel import cpu_step
+from profiles.perfmodel.cpu_step import CpuStepParams, fit_cpu_step
+from profiles.perfmodel.document import FORMAT, read_any
+from profiles.perfmodel.fit import Measurement
+from profiles.perfmodel.query import ModelShape, make_query
+from profiles.profiler.runs import default_plan_samples
+
+SHAPE = ModelShape(name="text-transformer", params=0.43776e6, seq_len=64, hidden=128, layers=2)
+# Close to what benchmarks/profiler_fit.py fits on 2 cores (seconds).
+TRUTH = CpuStepParams(c_micro=1.8e-3, c_sample=2.1e-3, theta=0.47, c_sync=6.2e-3, c_share=2.7)
+
+
+def query(ranks: int, threads: int, accum: int, batch: int = 16):
+    plan = ExecPlan(grad_accum=accum) if accum > 1 else None
+    return make_query(SHAPE, ranks, batch, plan, cpus_per_gpu=threads)
+
+
+def truth(q) -> float:
+    model = cpu_step.CpuStepModel({"texttransformer": cpu_step.CpuStepFit(SHAPE, TRUTH, 0)})
+    return model.predict_many([q])[0]
+
+
+def test_one_configuration_by_hand():
+    # Two ranks of one thread on one node, accumulation 4, batch 16: micro-batch 2.
+    q = query(2, 1, 4)
+    expected = 4 * (1.8e-3 * (1 + 2.7) + 2.1e-3 * 2 / 1**0.47) + 6.2e-3
+    assert truth(q) == pytest.approx(expected)
+    # One rank of two threads: no sync, no sharing, the samples at 2^0.47 the speed.
+    assert truth(query(1, 2, 1)) == pytest.approx(1.8e-3 + 2.1e-3 * 16 / 2**0.47)
+
+
+def test_the_profilers_seven_default_samples_give_the_parameters_back():
+    samples = default_plan_samples(2, offload=False)
+    assert {s.threads for s in samples} == {1, 2} and {s.ranks for s in samples} == {1, 2}
+    assert len({s.plan.grad_accum or 1 for s in samples}) >= 3  # what the five parameters need
+    measured = [
+        Measurement(q, truth(q), f"sample {s.label}")
+        for s in samples
+        for q in [query(s.ranks, s.threads, s.plan.grad_accum or 1)]
+    ]
+    model = fit_cpu_step(measured)
+    assert model.rmsle is not None and model.rmsle < 1e-4
+    others = [query(1, 2, 16), query(2, 1, 8), query(1, 1, 1, 32), query(2, 1, 16, 32)]
+    for q, predicted in zip(others, model.predict_many(others), strict=True):
+        assert predicted == pytest.approx(truth(q), rel=1e-3)
+
+
+def test_the_document_round_trips_through_the_shared_reader():
+    measured = [Measurement(q, truth(q)) for q in (query(r, t, a) for r, t, a in [(1, 1, 1), (2, 1, 1),
+                (1, 2, 1), (1, 1, 4), (2, 1, 4), (1, 2, 4), (1, 1, 8)])]  # fmt: skip
+    model = fit_cpu_step(measured)
+    document = cpu_step.to_document(model, FORMAT, samples=7)
+    back = read_any(json.dumps(document), "cs.json")
+    assert isinstance(back, cpu_step.CpuStepModel)
+    q = query(2, 1, 2)
+    assert back.predict_many([q]) == pytest.approx(model.predict_many([q]))
+    bad = json.loads(json.dumps(document))
+    bad["models"]["texttransformer"]["theta"] = -1
+    with pytest.raises(ProfileError, match=r"cs\.json.*theta"):
+        read_any(bad, "cs.json")
+    with pytest.raises(ProfileError, match="expected 'rubick' or 'cpu-step'"):
+        read_any({**document, "model": "other"}, "cs.json")
+
+
+def test_too_few_runs_another_model_and_tensor_parallelism_are_errors_naming_them():
+    few = [Measurement(q, truth(q)) for q in (query(1, 1, 1), query(2, 1, 1))]
+    with pytest.raises(InputError, match="'text-transformer' has 2 measured run"):
+        fit_cpu_step(few)
+    model = cpu_step.CpuStepModel({"texttransformer": cpu_step.CpuStepFit(SHAPE, TRUTH, 7)})
+    other = make_query(ModelShape("bert", 340e6, 128, 1024, 24), 1, 16)
+    with pytest.raises(InputError, match="'bert': not in this cpu-step fit"):
+        model.predict_many([other])
+    tp = make_query(SHAPE, 2, 16, ExecPlan(tp=2))
+    with pytest.raises(InputError, match="data parallelism only"):
+        model.predict_many([tp])
+    assert np.isfinite(model.predict_many([query(1, 1, 1)])[0])

@@ -46,6 +46,7 @@ from scipy.optimize import least_squares
 from planner.errors import InputError, ProfileError
 from planner.fields import Fields, json_document
 from profiles.names import normalise
+from profiles.perfmodel.docparts import SHAPE_KEYS, fit_block, read_rmsle, read_shape, shape_entry
 from profiles.perfmodel.fit import Measurement
 from profiles.perfmodel.query import ModelShape, Query
 
@@ -172,26 +173,12 @@ def fit_cpu_step(measurements: Sequence[Measurement]) -> CpuStepModel:
 
 
 def to_document(model: CpuStepModel, format_name: str, samples: int | None = None) -> dict[str, Any]:
-    entries = {}
-    for key, fitted in sorted(model.models.items()):
-        shape = fitted.shape
-        entries[key] = {
-            "name": shape.name,
-            "params_m": shape.params / 1e6,
-            "seq_len": shape.seq_len,
-            "hidden": shape.hidden,
-            "layers": shape.layers,
-            **({"heads": shape.heads} if shape.heads is not None else {}),
-            "samples": fitted.samples,
-            **asdict(fitted.params),
-        }
+    entries = {
+        key: {**shape_entry(fitted.shape), "samples": fitted.samples, **asdict(fitted.params)}
+        for key, fitted in sorted(model.models.items())
+    }
     document: dict[str, Any] = {"format": format_name, "model": KIND, "models": entries}
-    fit: dict[str, Any] = {}
-    if samples is not None:
-        fit["samples"] = samples
-    if model.rmsle is not None:
-        fit["rmsle"] = model.rmsle
-    if fit:
+    if fit := fit_block(samples, model.rmsle):
         document["fit"] = fit
     return document
 
@@ -204,24 +191,13 @@ def from_document(document: Any, source: str = "perfmodel") -> CpuStepModel:
     models: dict[str, CpuStepFit] = {}
     for key in models_fields.data:
         m = models_fields.child(key)
-        m.only(("name", "params_m", "seq_len", "hidden", "layers", "heads", "samples", *PARAM_NAMES))
+        m.only((*SHAPE_KEYS, "samples", *PARAM_NAMES))
+        shape = read_shape(m, source, key)
         try:
-            shape = ModelShape(
-                name=m.req_str("name"),
-                params=m.req_float("params_m", minimum=0.0) * 1e6,
-                seq_len=m.req_int("seq_len", minimum=1),
-                hidden=m.req_int("hidden", minimum=1),
-                layers=m.req_int("layers", minimum=1),
-                heads=m.opt_int("heads", minimum=1),
-            )
             params = CpuStepParams(**{n: m.req_float(n, minimum=0.0) for n in PARAM_NAMES})
         except ProfileError:
             raise
         except InputError as e:
             raise ProfileError(f"{source}: models.{key}: {e}") from e
         models[key] = CpuStepFit(shape, params, m.opt_int("samples", 0) or 0)
-    rmsle = None
-    fit = f.opt_object("fit")
-    if fit is not None:
-        rmsle = Fields(fit, f"{source}.fit", ProfileError).opt_float("rmsle", minimum=0.0)
-    return CpuStepModel(models, rmsle)
+    return CpuStepModel(models, read_rmsle(f, source))

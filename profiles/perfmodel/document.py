@@ -27,15 +27,15 @@ from planner.errors import InputError, ProfileError
 from planner.fields import Fields, json_document
 from profiles.perfmodel import cpu_step
 from profiles.perfmodel.cpu_step import CpuStepModel
+from profiles.perfmodel.docparts import SHAPE_KEYS, fit_block, read_rmsle, read_shape, shape_entry
 from profiles.perfmodel.fit import ModelFit, PerfModel
-from profiles.perfmodel.query import Environment, ModelShape
+from profiles.perfmodel.query import Environment
 from profiles.perfmodel.terms import PARAM_NAMES, PerfParams
 
 FORMAT = "mosaic-perfmodel/1"
 KIND = "rubick"
 _ENV_KEYS = tuple(f.name for f in fields(Environment))
-_SHAPE_KEYS = ("name", "params_m", "seq_len", "hidden", "layers", "heads")
-_MODEL_KEYS = (*_SHAPE_KEYS, "samples", *PARAM_NAMES, "flops_per_s")
+_MODEL_KEYS = (*SHAPE_KEYS, "samples", *PARAM_NAMES, "flops_per_s")
 
 
 def _params(params: PerfParams, rate: float) -> dict[str, float]:
@@ -46,16 +46,7 @@ def to_document(model: PerfModel, samples: int | None = None) -> dict[str, Any]:
     """The JSON object of a fitted model."""
     models: dict[str, Any] = {}
     for key, fitted in sorted(model.models.items()):
-        shape = fitted.shape
-        entry: dict[str, Any] = {
-            "name": shape.name,
-            "params_m": shape.params / 1e6,
-            "seq_len": shape.seq_len,
-            "hidden": shape.hidden,
-            "layers": shape.layers,
-        }
-        if shape.heads is not None:
-            entry["heads"] = shape.heads
+        entry = shape_entry(fitted.shape)
         entry["samples"] = fitted.samples
         entry.update(_params(fitted.params, fitted.rate))
         models[key] = entry
@@ -66,12 +57,7 @@ def to_document(model: PerfModel, samples: int | None = None) -> dict[str, Any]:
         "shared": _params(model.shared, model.shared_rate),
         "models": models,
     }
-    fit: dict[str, Any] = {}
-    if samples is not None:
-        fit["samples"] = samples
-    if model.rmsle is not None:
-        fit["rmsle"] = model.rmsle
-    if fit:
+    if fit := fit_block(samples, model.rmsle):
         document["fit"] = fit
     return document
 
@@ -112,25 +98,10 @@ def from_document(document: Any, source: str = "perfmodel") -> PerfModel:
     for key in models_fields.data:
         m = models_fields.child(key)
         m.only(_MODEL_KEYS)
-        try:
-            shape = ModelShape(
-                name=m.req_str("name"),
-                params=m.req_float("params_m", minimum=0.0) * 1e6,
-                seq_len=m.req_int("seq_len", minimum=1),
-                hidden=m.req_int("hidden", minimum=1),
-                layers=m.req_int("layers", minimum=1),
-                heads=m.opt_int("heads", minimum=1),
-            )
-        except ProfileError:
-            raise
-        except InputError as e:  # the shape's own checks (e.g. a count of thousands of digits)
-            raise ProfileError(f"{source}: models.{key}: {e}") from e
+        shape = read_shape(m, source, key)
         params, rate = _read_params(m)
         models[key] = ModelFit(shape=shape, params=params, rate=rate, samples=m.opt_int("samples", 0) or 0)
-    rmsle = None
-    fit = f.opt_object("fit")
-    if fit is not None:
-        rmsle = Fields(fit, f"{source}.fit", ProfileError).opt_float("rmsle", minimum=0.0)
+    rmsle = read_rmsle(f, source)
     return PerfModel(shared=shared, shared_rate=shared_rate, models=models, environment=env, rmsle=rmsle)
 
 

@@ -71,12 +71,9 @@ def test_submit_holds_the_job_and_records_its_directives(live, tmp_path, capsys)
     time.sleep(0.5)
     job = jobs(config_for(live, tmp_path / "spool"))[job_id]
     assert job.state == "PENDING" and job.held
-    assert decode_comment(job.comment) == {
-        "model": "resnet50",
-        "duration_s": 600.0,
-        "tenant": "vision",
-        "batch_size": 64,
-    }
+    meta = decode_comment(job.comment)
+    assert meta is not None and len(meta.pop("submission")) == 16  # this submission's token
+    assert meta == {"model": "resnet50", "duration_s": 600.0, "tenant": "vision", "batch_size": 64}
 
 
 def test_plain_sbatch_to_the_managed_partition_is_held_by_job_submit_lua(live, tmp_path):

@@ -36,7 +36,7 @@ from typing import Any
 from planner.errors import InputError
 from planner.fields import loads_json
 from wrapper.plandoc import job_file_name
-from wrapper.status import read_job_file
+from wrapper.status import read_job_file, write_marker
 
 COMPLETE_MARKER = "MOSAIC-COMPLETE"
 DEFAULT_BASE = "mosaic-ckpt"
@@ -139,11 +139,7 @@ def claim(root: str | Path, job_id: str, submission: str | None) -> None:
     """Record the submission that owns ``root`` (once: an existing record is kept)."""
     if submission is None or read_owner(root) is not None:
         return
-    path = Path(root) / OWNER_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"job_id": job_id, "submission": submission}, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_marker(Path(root) / OWNER_FILE, {"job_id": job_id, "submission": submission})
 
 
 def read_complete_marker(path: str | Path) -> dict[str, Any] | None:

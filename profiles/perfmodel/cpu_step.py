@@ -46,7 +46,7 @@ from scipy.optimize import least_squares
 from planner.errors import InputError, ProfileError
 from planner.fields import Fields, json_document
 from profiles.names import normalise
-from profiles.perfmodel.docparts import SHAPE_KEYS, fit_block, read_rmsle, read_shape, shape_entry
+from profiles.perfmodel.docparts import FORMAT, SHAPE_KEYS, fit_block, read_rmsle, read_shape, shape_entry
 from profiles.perfmodel.fit import Measurement
 from profiles.perfmodel.query import ModelShape, Query
 
@@ -172,12 +172,12 @@ def fit_cpu_step(measurements: Sequence[Measurement]) -> CpuStepModel:
     return CpuStepModel(models, float(np.sqrt(np.mean(all_residuals**2))))
 
 
-def to_document(model: CpuStepModel, format_name: str, samples: int | None = None) -> dict[str, Any]:
+def to_document(model: CpuStepModel, samples: int | None = None) -> dict[str, Any]:
     entries = {
         key: {**shape_entry(fitted.shape), "samples": fitted.samples, **asdict(fitted.params)}
         for key, fitted in sorted(model.models.items())
     }
-    document: dict[str, Any] = {"format": format_name, "model": KIND, "models": entries}
+    document: dict[str, Any] = {"format": FORMAT, "model": KIND, "models": entries}
     if fit := fit_block(samples, model.rmsle):
         document["fit"] = fit
     return document

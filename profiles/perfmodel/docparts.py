@@ -9,6 +9,7 @@ from planner.errors import InputError, ProfileError
 from planner.fields import Fields
 from profiles.perfmodel.query import ModelShape
 
+FORMAT = "mosaic-perfmodel/1"
 SHAPE_KEYS = ("name", "params_m", "seq_len", "hidden", "layers", "heads")
 
 

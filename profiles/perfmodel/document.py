@@ -27,12 +27,11 @@ from planner.errors import InputError, ProfileError
 from planner.fields import Fields, json_document
 from profiles.perfmodel import cpu_step
 from profiles.perfmodel.cpu_step import CpuStepModel
-from profiles.perfmodel.docparts import SHAPE_KEYS, fit_block, read_rmsle, read_shape, shape_entry
+from profiles.perfmodel.docparts import FORMAT, SHAPE_KEYS, fit_block, read_rmsle, read_shape, shape_entry
 from profiles.perfmodel.fit import ModelFit, PerfModel
 from profiles.perfmodel.query import Environment
 from profiles.perfmodel.terms import PARAM_NAMES, PerfParams
 
-FORMAT = "mosaic-perfmodel/1"
 KIND = "rubick"
 _ENV_KEYS = tuple(f.name for f in fields(Environment))
 _MODEL_KEYS = (*SHAPE_KEYS, "samples", *PARAM_NAMES, "flops_per_s")

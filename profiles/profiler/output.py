@@ -24,7 +24,7 @@ from profiles.document import profiles_from_document
 from profiles.perfmodel import cpu_step
 from profiles.perfmodel.cpu_step import CpuStepModel, fit_cpu_step
 from profiles.perfmodel.csvio import COLUMNS, format_table, parse_table
-from profiles.perfmodel.document import FORMAT, to_document
+from profiles.perfmodel.document import to_document
 from profiles.perfmodel.fit import PerfModel, fit_perfmodel
 from profiles.perfmodel.query import ModelShape
 from profiles.profiler.runs import PlanSample, Request, cpu_key
@@ -194,4 +194,4 @@ def fit_cpu_samples(csv_text: str, source: str) -> tuple[CpuStepModel, dict[str,
     table = parse_table(csv_text, source, require_time=True)
     measurements = [row.measurement() for row in table.rows]
     model = fit_cpu_step(measurements)
-    return model, cpu_step.to_document(model, FORMAT, samples=len(measurements))
+    return model, cpu_step.to_document(model, samples=len(measurements))

@@ -33,7 +33,7 @@ from profiles.perfmodel import (
 )
 from profiles.perfmodel.cpu_step import CpuStepModel, fit_cpu_step
 from profiles.perfmodel.csvio import PREDICTION_COLUMN, Table, format_table, parse_table
-from profiles.perfmodel.document import FORMAT, read_any, to_document
+from profiles.perfmodel.document import read_any, to_document
 from profiles.perfmodel.query import ModelShape, plan_label
 from slurm_plugin.files import read_text, write_atomic, write_json
 
@@ -120,7 +120,7 @@ def run_fit(args: argparse.Namespace) -> int:
     model: PerfModel | CpuStepModel
     if args.kind == cpu_step.KIND:
         model = fit_cpu_step([r.measurement() for r in rows])
-        write_json(args.out, cpu_step.to_document(model, FORMAT, samples=len(rows)))
+        write_json(args.out, cpu_step.to_document(model, samples=len(rows)))
     else:
         model = fit_perfmodel(
             [r.measurement() for r in rows], FitOptions(pooling=args.pooling, rate_pooling=args.rate_pooling)

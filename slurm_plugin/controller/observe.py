@@ -86,10 +86,15 @@ def reuses_an_earlier_id(sj: SlurmJob, record: JobRecord) -> bool:
     ``down``/``up``). Told by the submission token in the comment, and only for a job that has
     never run (pending, no restart): a user who rewrites the comment of a job that ran cannot
     make the controller forget its attained service."""
-    token = (decode_comment(sj.comment) or {}).get(SUBMISSION)
-    if not isinstance(token, str) or sj.state != "PENDING" or sj.restarts:
+    # Every listed job is asked every tick: the comment is decoded only for a job that has
+    # never run, carries a token, and not the token its record holds.
+    if sj.state != "PENDING" or sj.restarts or f'"{SUBMISSION}"' not in sj.comment:
         return False
-    return (record.meta or {}).get(SUBMISSION) != token
+    stored = (record.meta or {}).get(SUBMISSION)
+    if isinstance(stored, str) and stored in sj.comment:
+        return False
+    token = (decode_comment(sj.comment) or {}).get(SUBMISSION)
+    return isinstance(token, str) and token != stored
 
 
 def task_layout(sj: SlurmJob, record: JobRecord | None) -> TaskLayout:

@@ -11,7 +11,7 @@ from planner.errors import InputError, ProfileError
 from planner.execplan import ExecPlan
 from profiles.perfmodel import cpu_step
 from profiles.perfmodel.cpu_step import CpuStepParams, fit_cpu_step
-from profiles.perfmodel.document import FORMAT, read_any
+from profiles.perfmodel.document import read_any
 from profiles.perfmodel.fit import Measurement
 from profiles.perfmodel.query import ModelShape, make_query
 from profiles.profiler.runs import default_plan_samples
@@ -60,7 +60,7 @@ def test_the_document_round_trips_through_the_shared_reader():
     measured = [Measurement(q, truth(q)) for q in (query(r, t, a) for r, t, a in [(1, 1, 1), (2, 1, 1),
                 (1, 2, 1), (1, 1, 4), (2, 1, 4), (1, 2, 4), (1, 1, 8)])]  # fmt: skip
     model = fit_cpu_step(measured)
-    document = cpu_step.to_document(model, FORMAT, samples=7)
+    document = cpu_step.to_document(model, samples=7)
     back = read_any(json.dumps(document), "cs.json")
     assert isinstance(back, cpu_step.CpuStepModel)
     q = query(2, 1, 2)

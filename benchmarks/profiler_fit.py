@@ -3,6 +3,7 @@ measured CPU configurations of the same job.
 
     python -m benchmarks.profiler_fit                 # ~12 min on 2 cores: 7 + 14 runs of 20 s
     python -m benchmarks.profiler_fit --run-s 30
+    python -m benchmarks.profiler_fit --run-s 10 --repeat 3   # ~20 min: each configuration 3 times
 
 Three ``mosaic profile --example text-transformer --local`` commands, as a user runs them:
 
@@ -13,7 +14,9 @@ Three ``mosaic profile --example text-transformer --local`` commands, as a user 
    and 16, and 1 rank of 2 threads with accumulation 2, 8 and 16;
 3. seven at batch 32: 1-2 ranks of one thread and 1 rank of two, accumulation 1-16;
 
-then ``mosaic perfmodel validate`` of each fit on the samples themselves and on the others
+With ``--repeat N`` every configuration is measured N times (the profiler goes round its
+samples N times) and its median is used, for the fitted samples and the others alike.
+Then ``mosaic perfmodel validate`` of each fit on the samples themselves and on the others
 (the 14 configurations less any that the default samples also measured).
 The load average before and after each command is recorded (the runs are pinned to cores, but
 on a machine this small anything else running is in their way). Writes
@@ -61,9 +64,11 @@ def mosaic(*args: str) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def profile(out: Path, plans: str, run_s: float, batch: int | None = None) -> dict[str, Any]:
+def profile(out: Path, plans: str, run_s: float, repeat: int, batch: int | None = None) -> dict[str, Any]:
     args = ["profile", "--example", "text-transformer", "--local", "--cpus", "2", "--plans", plans]
     args += ["--model-shape", SHAPE, "--run-s", f"{run_s:g}", "--out", str(out), "--json"]
+    if repeat > 1:
+        args += ["--repeat", str(repeat)]
     if batch is not None:
         args += ["--global-batch", str(batch)]
     load_before = os.getloadavg()[0]
@@ -97,13 +102,16 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--run-s", type=float, default=20.0, help="seconds measured per run")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="measurements of every configuration (the median is used)"
+    )
     parser.add_argument("--out", default="profiler_fit", help="result name under benchmarks/results/")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mosaic-profiler-fit-") as tmp:
         root = Path(tmp)
-        fitted = profile(root / "text.json", "auto", args.run_s)
-        other16 = profile(root / "o16.json", json.dumps(OTHER_16), args.run_s)
-        other32 = profile(root / "o32.json", json.dumps(OTHER_32), args.run_s, batch=32)
+        fitted = profile(root / "text.json", "auto", args.run_s, args.repeat)
+        other16 = profile(root / "o16.json", json.dumps(OTHER_16), args.run_s, args.repeat)
+        other32 = profile(root / "o32.json", json.dumps(OTHER_32), args.run_s, args.repeat, batch=32)
         others = root / "others.csv"
         sampled = {_config(r) for r in rows(root / "text.samples.csv")}
         lines = (root / "o16.samples.csv").read_text().splitlines()

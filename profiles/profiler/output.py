@@ -14,6 +14,7 @@ curve's keys are the job's CPUs (``gpus`` 1 in the cache model).
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,7 @@ from profiles.perfmodel.csvio import COLUMNS, format_table, parse_table
 from profiles.perfmodel.document import to_document
 from profiles.perfmodel.fit import PerfModel, fit_perfmodel
 from profiles.perfmodel.query import ModelShape
-from profiles.profiler.runs import PlanSample, Request, cpu_key
+from profiles.profiler.runs import PlanSample, Request, cpu_key, sample_key
 from profiles.profiler.search import search_points
 from profiles.profiler.state import RunResult
 
@@ -140,16 +141,45 @@ def slowdowns(request: Request, runs: Mapping[str, RunResult]) -> dict[str, dict
     return out
 
 
+def sample_times(
+    sample: PlanSample, runs: Mapping[str, RunResult], repeat: int = 1
+) -> list[float]:
+    """The seconds per optimizer step of each measurement of ``sample`` made so far."""
+    found = (runs.get(sample_key(sample, k)) for k in range(1, repeat + 1))
+    return [1.0 / r.steps_per_s for r in found if r is not None and r.steps_per_s > 0]
+
+
+def repeat_spread(
+    samples: Sequence[PlanSample], runs: Mapping[str, RunResult], repeat: int
+) -> dict[str, float]:
+    """Per sample measured more than once: (slowest - fastest) / median of its step times,
+    how much one configuration's measurements disagree on this machine."""
+    out = {}
+    for s in samples:
+        times = sample_times(s, runs, repeat)
+        if len(times) > 1:
+            out[s.label] = (max(times) - min(times)) / statistics.median(times)
+    return out
+
+
 def sample_rows(
-    shape: ModelShape, samples: Sequence[PlanSample], runs: Mapping[str, RunResult], global_batch: int
+    shape: ModelShape,
+    samples: Sequence[PlanSample],
+    runs: Mapping[str, RunResult],
+    global_batch: int,
+    repeat: int = 1,
 ) -> list[dict[str, str]]:
-    """The measured plan samples as rows of the perfmodel CSV (columns of ``csvio.COLUMNS``)."""
+    """The measured plan samples as rows of the perfmodel CSV (columns of ``csvio.COLUMNS``),
+    each at the median of its measurements (``repeat`` of them when all were made)."""
     rows = []
     for s in samples:
-        r = runs.get(f"plan-{s.label}")
-        if r is None or r.steps_per_s <= 0:
+        times = sample_times(s, runs, repeat)
+        if not times:
             continue
         plan = s.plan
+        source = f"mosaic profile: plan-{s.label}"
+        if len(times) > 1:
+            source += f" (median of {len(times)} runs)"
         rows.append(
             {
                 "model": shape.name,
@@ -168,8 +198,8 @@ def sample_rows(
                 "offload_optimizer": "1" if plan.offload_optimizer else "0",
                 "grad_accum": str(plan.grad_accum or 1),
                 "activation_checkpointing": "1" if plan.activation_checkpointing else "0",
-                "iter_time_s": f"{1.0 / r.steps_per_s:.6g}",
-                "source": f"mosaic profile: plan-{s.label}",
+                "iter_time_s": f"{statistics.median(times):.6g}",
+                "source": source,
             }
         )
     return rows

@@ -70,13 +70,15 @@ class RunSpec:
     cpus: int
     sample: PlanSample | None = None
     partner: str | None = None
+    repeat: int = 1  # which measurement of the plan sample (``Request.repeat``)
 
     def describe(self) -> str:
         if self.kind == "cpu":
             return f"CPU search: {self.cpus} CPU(s)"
         if self.kind == "plan":
             assert self.sample is not None
-            return f"plan sample {self.sample.label}"
+            again = f" (measurement {self.repeat})" if self.repeat > 1 else ""
+            return f"plan sample {self.sample.label}{again}"
         if self.kind == "solo":
             return f"partner {self.partner} alone on {self.cpus} CPU(s)"
         return f"together with {self.partner} on {self.cpus} CPU(s)"
@@ -92,9 +94,12 @@ class Request:
     pairs: tuple[str, ...] = ()
     pair_cpus: int | None = None
     sweep: bool = False  # also every other count of ``cpus``, after the search (to check it)
+    repeat: int = 1  # measurements of each plan sample (their median is fitted)
 
     def __post_init__(self) -> None:
         check_cpu_counts(self.cpus, "--cpus")
+        if self.repeat < 1:
+            raise ProfileError(f"--repeat must be at least 1, got {self.repeat}")
         if not 0 <= self.threshold < 1:
             raise ProfileError(f"--threshold must be in [0, 1), got {self.threshold}")
         if self.plans and len(self.plans) < MIN_PLAN_SAMPLES:
@@ -111,7 +116,7 @@ class Request:
             raise ProfileError("--pairs needs the CPUs the pair runs on (a positive count)")
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "cpus": list(self.cpus),
             "threshold": self.threshold,
             "plans": [s.to_json() for s in self.plans],
@@ -119,10 +124,18 @@ class Request:
             "pair_cpus": self.pair_cpus,
             "sweep": self.sweep,
         }
+        if self.repeat > 1:  # absent at 1: a state saved before the option resumes as it was
+            doc["repeat"] = self.repeat
+        return doc
 
 
 def cpu_key(cpus: int) -> str:
     return f"cpu-{cpus}"
+
+
+def sample_key(sample: PlanSample, repeat: int = 1) -> str:
+    """The run key of a plan sample's ``repeat``-th measurement (the first keeps the plain key)."""
+    return f"plan-{sample.label}" + (f"/{repeat}" if repeat > 1 else "")
 
 
 def next_run(request: Request, done: Mapping[str, float]) -> RunSpec | None:
@@ -146,7 +159,14 @@ def fixed_runs(request: Request) -> list[RunSpec]:
     """The runs after the CPU search, which do not depend on any result: the rest of a sweep,
     plans, then pairs."""
     runs = [RunSpec(cpu_key(c), "cpu", c) for c in request.cpus] if request.sweep else []
-    runs += [RunSpec(f"plan-{s.label}", "plan", s.cpus, sample=s) for s in request.plans]
+    # Repeats go round the samples (all once, then all again), so a slow spell of a shared
+    # machine falls on one measurement of several samples rather than on every measurement
+    # of one; the fit takes each sample's median.
+    runs += [
+        RunSpec(sample_key(s, k), "plan", s.cpus, sample=s, repeat=k)
+        for k in range(1, request.repeat + 1)
+        for s in request.plans
+    ]
     for partner in request.pairs:
         assert request.pair_cpus is not None
         cpus = request.pair_cpus

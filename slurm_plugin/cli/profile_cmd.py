@@ -11,7 +11,8 @@ through the runtime API. Synergy's optimistic CPU search (§3.1) gives the CPU c
 document's ``optimistic`` block; ``--plans`` adds Rubick's sampled runs (§4.3), written as
 perfmodel CSV rows (``PROFILE.samples.csv``) and fitted (``PROFILE.perfmodel.json``, Rubick's
 model; ``PROFILE.cpu-step.json``, the step model of ranks of CPU threads, which describes the
-profiler's own runs: :mod:`profiles.perfmodel.cpu_step`);
+profiler's own runs: :mod:`profiles.perfmodel.cpu_step`); ``--repeat N`` measures each
+sample N times, going round the samples, and fits each one's median;
 ``--pairs`` adds each partner's co-location slowdown (the ``colocation`` block). The state
 (``PROFILE.json.state.json``) is saved after every run: the same command resumes.
 """
@@ -34,6 +35,7 @@ from profiles.profiler.output import (
     fit_cpu_samples,
     fit_samples,
     profile_document,
+    repeat_spread,
     sample_rows,
     samples_csv,
     slowdowns,
@@ -99,6 +101,15 @@ def add_parser(
         metavar="auto|JSON",
         help="Rubick's plan samples: 'auto' (7, "
         "three ZeRO-Offload for a DeepSpeed job) or a JSON list of {ranks, threads, plan}",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="measure each plan sample N times, going round the samples N times, and fit each "
+        "one's median step time (default %(default)s; on a shared machine single runs of one "
+        "configuration can differ by a fifth)",
     )
     p.add_argument(
         "--model-shape",
@@ -285,6 +296,8 @@ def run_profile(args: argparse.Namespace) -> int:
     if global_batch != target.global_batch:
         target = replace(target, global_batch=global_batch)
     framework = args.framework or target.framework
+    if args.repeat != 1 and not args.plans:
+        raise InputError(f"--repeat {args.repeat}: it repeats the plan samples; give --plans too")
     samples: tuple[PlanSample, ...] = ()
     shape = None
     if args.plans:
@@ -307,6 +320,7 @@ def run_profile(args: argparse.Namespace) -> int:
         pairs=tuple(args.pairs),
         pair_cpus=pair_cpus,
         sweep=args.sweep,
+        repeat=args.repeat,
     )
     mem_gb = args.mem_gb or target.mem_gb or 4.0
     cache = _cache(args, target)
@@ -376,8 +390,11 @@ def run_profile(args: argparse.Namespace) -> int:
     if request.pairs:
         summary["slowdowns"] = slowdowns(request, runs)
     if samples and shape is not None and global_batch is not None:
-        rows = sample_rows(shape, samples, runs, global_batch)
+        rows = sample_rows(shape, samples, runs, global_batch, request.repeat)
         summary["plan_samples"] = len(rows)
+        spread = repeat_spread(samples, runs, request.repeat)
+        if spread:
+            summary["plan_repeat_spread"] = {k: round(v, 4) for k, v in spread.items()}
         if rows:
             csv_path = out.with_name(out.stem + ".samples.csv")
             text = samples_csv(rows)
@@ -446,6 +463,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
             f"  plan samples: {summary['plan_samples']}, "
             f"fit RMSLE {summary.get('perfmodel_rmsle', 'not fitted')}"
         )
+    if "plan_repeat_spread" in summary:
+        label, worst = max(summary["plan_repeat_spread"].items(), key=lambda kv: kv[1])
+        print(f"  repeated measurements differ by up to {worst:.1%} ({label}); the fit used each one's median")
     for line in summary["skipped"]:
         print(f"  skipped: {line}")
     for path in summary["wrote"]:

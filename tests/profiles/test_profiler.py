@@ -20,6 +20,7 @@ from profiles.profiler.output import (
     CacheSpec,
     fit_samples,
     profile_document,
+    repeat_spread,
     sample_rows,
     samples_csv,
     slowdowns,
@@ -125,6 +126,39 @@ def test_schedule_is_the_search_then_plans_then_each_partner_alone_and_together(
     # The search on 1,2,4: ends 4 then 1 (21 > 11: split), middle 2.
     assert keys == ["cpu-4", "cpu-1", "cpu-2", *plan_keys, "cpu-3", "solo-example:b-3", "pair-example:b-3"]
     assert remaining(request, done) == []
+
+
+def test_repeated_samples_go_round_all_samples_before_measuring_one_again() -> None:
+    request = Request(cpus=(1,), plans=samples7(), repeat=3)
+    done: dict[str, float] = {}
+    order = []
+    while (run := next_run(request, done)) is not None:
+        order.append((run.key, run.repeat))
+        done[run.key] = 1.0
+    labels = [s.label for s in samples7()]
+    expected = [(f"plan-{label}" + (f"/{k}" if k > 1 else ""), k) for k in (1, 2, 3) for label in labels]
+    assert order == [("cpu-1", 1), *expected]
+    assert "measurement 3" in next_run(request, dict(list(done.items())[:-1])).describe()  # type: ignore[union-attr]
+    assert Request(cpus=(1,), plans=samples7()).to_json().get("repeat") is None  # old states resume
+    with pytest.raises(ProfileError, match="--repeat must be at least 1"):
+        Request(cpus=(1,), plans=samples7(), repeat=0)
+
+
+def test_a_sample_row_is_the_median_of_its_measurements_and_the_spread_is_reported() -> None:
+    shape = ModelShape(name="toy", params=1e6, seq_len=64, hidden=128, layers=2)
+    sample = samples7()[0]
+    runs = {
+        f"plan-{sample.label}": result("plan", 1, 16 / 0.050, 1 / 0.050),
+        f"plan-{sample.label}/2": result("plan", 1, 16 / 0.040, 1 / 0.040),
+        f"plan-{sample.label}/3": result("plan", 1, 16 / 0.080, 1 / 0.080),  # a slow spell
+    }
+    (row,) = sample_rows(shape, [sample], runs, 16, repeat=3)
+    assert float(row["iter_time_s"]) == pytest.approx(0.050) and row["source"].endswith("(median of 3 runs)")
+    assert repeat_spread([sample], runs, 3) == {sample.label: pytest.approx((0.080 - 0.040) / 0.050)}
+    (partial,) = sample_rows(shape, [sample], {k: runs[k] for k in list(runs)[:2]}, 16, repeat=3)
+    assert float(partial["iter_time_s"]) == pytest.approx(0.045)  # a budget stopped the third
+    (single,) = sample_rows(shape, [sample], runs, 16)
+    assert float(single["iter_time_s"]) == pytest.approx(0.050) and "median" not in single["source"]
 
 
 def test_remaining_lists_the_search_and_every_later_run() -> None:

@@ -8,6 +8,7 @@ machine's cores are shared with other work, so throughput ratios are not asserte
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import sys
@@ -146,6 +147,29 @@ def test_plan_samples_run_under_each_plan_and_are_fitted(tmp_path, capsys):
     for d in two_ranks:
         beat = [b for b in records(d) if b.get("event") == "heartbeat"][-1]
         assert beat["ranks"] == 2 and json.loads(str(beat["plan_seen"]))["dp"] == 2
+
+
+def test_repeated_plan_samples_go_round_the_samples_and_the_rows_are_their_medians(tmp_path, capsys):
+    out = tmp_path / "rep.json"
+    code = profile(
+        str(job(tmp_path)), "--local", "--cpus", "2", *FAST, "--plans", "--model-shape", "10,128,256,4",
+        "--repeat", "2", "--out", str(out), "--json",
+    )  # fmt: skip
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["runs"] == 1 + 2 * 7 and summary["plan_samples"] == 7
+    assert len(summary["plan_repeat_spread"]) == 7
+    state = json.loads((tmp_path / "rep.json.state.json").read_text())
+    plan_keys = [k for k in state["runs"] if k.startswith("plan-")]
+    assert [k.endswith("/2") for k in plan_keys] == [False] * 7 + [True] * 7  # round by round
+    with (tmp_path / "rep.samples.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        label = row["source"].removeprefix("mosaic profile: plan-").removesuffix(" (median of 2 runs)")
+        times = [1 / state["runs"][key]["steps_per_s"] for key in (f"plan-{label}", f"plan-{label}/2")]
+        assert float(row["iter_time_s"]) == pytest.approx(sum(times) / 2, rel=1e-5)
+    assert profile(str(job(tmp_path)), "--local", "--repeat", "2", "--out", str(tmp_path / "x.json")) == 2
+    assert "--repeat 2: it repeats the plan samples; give --plans too" in capsys.readouterr().err
 
 
 def test_a_pair_is_measured_alone_and_together(tmp_path, capsys):

@@ -141,9 +141,7 @@ def slowdowns(request: Request, runs: Mapping[str, RunResult]) -> dict[str, dict
     return out
 
 
-def sample_times(
-    sample: PlanSample, runs: Mapping[str, RunResult], repeat: int = 1
-) -> list[float]:
+def sample_times(sample: PlanSample, runs: Mapping[str, RunResult], repeat: int = 1) -> list[float]:
     """The seconds per optimizer step of each measurement of ``sample`` made so far."""
     found = (runs.get(sample_key(sample, k)) for k in range(1, repeat + 1))
     return [1.0 / r.steps_per_s for r in found if r is not None and r.steps_per_s > 0]

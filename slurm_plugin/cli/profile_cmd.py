@@ -465,7 +465,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
         )
     if "plan_repeat_spread" in summary:
         label, worst = max(summary["plan_repeat_spread"].items(), key=lambda kv: kv[1])
-        print(f"  repeated measurements differ by up to {worst:.1%} ({label}); the fit used each one's median")
+        print(
+            f"  repeated measurements differ by up to {worst:.1%} ({label}); the fit used each one's median"
+        )
     for line in summary["skipped"]:
         print(f"  skipped: {line}")
     for path in summary["wrote"]:

@@ -57,6 +57,7 @@ PLANS_DIR_MODE = 0o755
 STATUS_DIR_MODE = 0o1777
 LOCK_TIMEOUT_S = 30.0
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+RETIRED_PREFIX = ".retired-"  # a status directory renamed away before it is removed
 
 
 class PlanWriteError(MosaicError):
@@ -180,7 +181,7 @@ def retire_job_files(spool: str | Path, job_id: str) -> None:
         return
     if not directory.exists():
         return
-    retired = directory.with_name(f".retired-{directory.name}-{os.getpid()}-{time.time_ns()}")
+    retired = directory.with_name(f"{RETIRED_PREFIX}{directory.name}-{os.getpid()}-{time.time_ns()}")
     os.rename(directory, retired)
     shutil.rmtree(retired, ignore_errors=True)
 

@@ -8,6 +8,7 @@
     round_s = 300                   # seconds between rounds (the papers' round length: 6 min)
     checkpoint_grace_s = 60         # how long a stopped job may take to checkpoint
     max_restarts_per_hour = 6       # a job is stopped at most this often (rate limit)
+    spool_keep_s = 86400            # an ended job's plan file and status stay this long
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class ControllerConfig:
     default_gpu_type: str = "v100"
     default_model: str = "unknown"
     metrics_file: str | None = "metrics.prom"
+    spool_keep_s: float = 86400.0  # after Slurm stops listing a job (slurm_plugin/controller/spoolsweep.py)
 
     @property
     def store_path(self) -> Path:
@@ -69,6 +71,7 @@ _KINDS: dict[str, str] = {
     "default_gpu_type": "str",
     "default_model": "str",
     "metrics_file": "str",
+    "spool_keep_s": "non-negative",
 }
 
 

@@ -37,6 +37,7 @@ from slurm_plugin.controller.observe import (
 from slurm_plugin.controller.refine import Refiner
 from slurm_plugin.controller.rounddiff import Action, describe, diff
 from slurm_plugin.controller.roundlock import RoundBusy, round_lock
+from slurm_plugin.controller.spoolsweep import SpoolSweeper
 from slurm_plugin.slurm.backend import SlurmClient
 from slurm_plugin.slurm.parse import SlurmJob
 from slurm_plugin.slurm.runner import SlurmError
@@ -96,11 +97,15 @@ class Observer:
         self.config = config
         self.clock = clock
         self.pending = PendingJobs()  # pending jobs' planner records, reused across ticks
+        self.listed: frozenset[str] = frozenset()  # every job id of the last listing
+        self.listed_at: float | None = None  # wall-clock time just before it was taken
 
     def observe(self) -> Observation:
         """Read Slurm and the store; record new jobs and account service since the last tick."""
         now = self.clock()
+        listed_at = time.time()
         jobs = self.client.jobs()
+        self.listed, self.listed_at = frozenset(sj.id for sj in jobs), listed_at
         nodes = self.client.nodes()
         partitions = set(self.config.partitions)
         managed = [sj for sj in jobs if sj.partition in partitions]
@@ -202,6 +207,7 @@ class Controller:
         self.clock = clock
         self.observer = Observer(client, store, config, clock)
         self.actuator = actuator or Actuator(client, store, config, clock=clock, sleep=sleep)
+        self.sweeper = SpoolSweeper(config.spool_dir, config.spool_keep_s)
         self._round_in_progress: int | None = None
 
     def observe(self) -> Observation:
@@ -214,6 +220,8 @@ class Controller:
         try:
             with round_lock(self.config.spool_dir, TICK_LOCK_WAIT_S):
                 report = self._tick(now, dry_run)
+                if not dry_run:
+                    self._sweep_spool()
         except RoundBusy as e:
             log.warning("tick at %.0f skipped: %s", now, e)
             report = TickReport(now, ok=False, error=str(e))
@@ -296,6 +304,15 @@ class Controller:
         crash_point("round.finished")
         _log_actions(report.round_id, actions)
         return report
+
+    def _sweep_spool(self) -> None:
+        """Remove what ended jobs left in the spool (:mod:`.spoolsweep`); never fails a tick."""
+        if self.observer.listed_at is None:
+            return
+        try:
+            self.sweeper.maybe_sweep(self.observer.listed, self.observer.listed_at)
+        except OSError as e:
+            log.warning("spool not swept: %s", e)
 
     def _scheduler_for(self, obs: Observation) -> Scheduler:
         """The scheduler for this round: on profiles refined by what running jobs report

@@ -236,9 +236,7 @@ def run_demo(
         rows = _wait_for_accounting(client, since, len(jobs))
         report = build_report(rows, config.partitions, end)
         nodes = [n for n in client.nodes() if "gpu" in n.partitions]
-        decisions = [
-            float(r.plan.get("decision_time_s", 0.0)) for r in Store(config.store_path).rounds(10**6)
-        ]
+        decisions = Store(config.store_path).decision_times()
         live = summary(
             report,
             cluster_gpus=sum(n.gpus for n in nodes),

@@ -32,6 +32,10 @@ from slurm_plugin.controller.faults import crash_point
 SCHEMA_VERSION = 1
 """The store's schema version (``PRAGMA user_version``). A store written before versions
 were recorded reads 0 and is version 1 when its tables are Mosaic's."""
+QUEUE_PARTS = ("order", "reasons", "policy_state")
+"""The parts of a round plan with an entry per queued job: what :meth:`Store.compact_rounds`
+drops from every round but the newest."""
+_COMPACTED = '{"compacted": true'  # how a compacted plan's text starts (json.dumps keeps key order)
 _IDS_PER_QUERY = 500  # job ids bound in one SELECT (SQLite allows 32,766 variables; older builds 999)
 _SELECT_JOBS_BY_ID = f"SELECT * FROM jobs WHERE job_id IN ({','.join('?' * _IDS_PER_QUERY)})"
 
@@ -219,6 +223,7 @@ class Store:
             raise
         self.db.isolation_level = "DEFERRED"
         self._seen: dict[str, tuple[tuple[Any, ...], JobRecord]] = {}
+        self._compacted_upto = 0  # rounds up to this id were compacted by this process
 
     def _check_schema(self) -> None:
         """Refuse a database this Mosaic cannot read: a newer schema, or another program's."""
@@ -402,6 +407,52 @@ class Store:
     def rounds(self, limit: int = 20) -> list[RoundRecord]:
         rows = self.db.execute("SELECT * FROM rounds ORDER BY round_id DESC LIMIT ?", (limit,))
         return [_round_record(r) for r in rows]
+
+    def decision_times(self, since_s: float = float("-inf")) -> list[float]:
+        """The planner's decision time of every round (not dry runs) from ``since_s`` on,
+        oldest first; read by SQLite from each plan, not decoded here."""
+        rows = self.db.execute(
+            "SELECT COALESCE(json_extract(plan, '$.decision_time_s'), 0) FROM rounds "
+            "WHERE time_s >= ? AND status != 'dry-run' ORDER BY round_id",
+            (since_s,),
+        )
+        return [float(r[0]) for r in rows]
+
+    def compact_rounds(self, keep: int, batch: int = 64) -> int:
+        """Drop :data:`QUEUE_PARTS` from the plan of every round but the newest ``keep``.
+
+        A plan lists every queued job in its order, reasons and policy state (about 0.1 KB
+        per job: 1 MB a round at 10,000 queued jobs), so a store that kept them all grew by
+        that much every round for as long as the controller ran. What a round decided (its
+        assignments, starts, stops, migrations, reshapes) and its timings stay, with
+        ``"compacted": true`` and the number of jobs it ordered. A round still being applied
+        is left whole (a restarted controller completes it from its plan). Returns how many
+        rounds were compacted."""
+        row = self.db.execute("SELECT MAX(round_id) FROM rounds").fetchone()
+        if row is None or row[0] is None:
+            return 0
+        upto = int(row[0]) - keep
+        done = 0
+        while upto > self._compacted_upto:
+            rows = self.db.execute(
+                "SELECT round_id, plan FROM rounds WHERE round_id > ? AND round_id <= ? "
+                "AND status != 'applying' AND substr(plan, 1, ?) != ? ORDER BY round_id LIMIT ?",
+                (self._compacted_upto, upto, len(_COMPACTED), _COMPACTED, batch),
+            ).fetchall()
+            if not rows:
+                self._compacted_upto = upto
+                break
+            with self.db:
+                self.db.executemany(
+                    "UPDATE rounds SET plan = ? WHERE round_id = ?",
+                    [(json.dumps(_compacted(json.loads(text))), round_id) for round_id, text in rows],
+                )
+            done += len(rows)
+            if len(rows) < batch:
+                self._compacted_upto = upto
+                break
+            self._compacted_upto = int(rows[-1][0])
+        return done
 
     # -- actions ----------------------------------------------------------------------
 
@@ -595,6 +646,12 @@ def _shape_text(shape: Shape) -> str:
         },
         sort_keys=True,
     )
+
+
+def _compacted(plan: Mapping[str, Any]) -> dict[str, Any]:
+    order = plan.get("order")
+    kept = {k: v for k, v in plan.items() if k not in QUEUE_PARTS and k != "compacted"}
+    return {"compacted": True, **kept, "jobs_ordered": len(order) if isinstance(order, list) else None}
 
 
 def _round_record(row: tuple[Any, ...]) -> RoundRecord:

@@ -103,12 +103,7 @@ def _decision_times(store: Store, report: Report) -> list[float]:
     """The controller's decision times for the rounds inside the report's window."""
     if not report.records:
         return []
-    first = min(r.submit_time_s for r in report.records)
-    return [
-        float(r.plan.get("decision_time_s", 0.0))
-        for r in store.rounds(100_000)
-        if r.time_s >= first and r.status != "dry-run"
-    ]
+    return store.decision_times(min(r.submit_time_s for r in report.records))
 
 
 def write_plot(report: Report, path: Path, total_gpus: int) -> None:

@@ -9,6 +9,7 @@
     checkpoint_grace_s = 60         # how long a stopped job may take to checkpoint
     max_restarts_per_hour = 6       # a job is stopped at most this often (rate limit)
     spool_keep_s = 86400            # an ended job's plan file and status stay this long
+    round_plans_kept = 288          # rounds whose whole plan the store keeps (older: compacted)
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class ControllerConfig:
     default_model: str = "unknown"
     metrics_file: str | None = "metrics.prom"
     spool_keep_s: float = 86400.0  # after Slurm stops listing a job (slurm_plugin/controller/spoolsweep.py)
+    round_plans_kept: int = 288  # a day of 5-minute rounds (Store.compact_rounds)
 
     @property
     def store_path(self) -> Path:
@@ -72,6 +74,7 @@ _KINDS: dict[str, str] = {
     "default_model": "str",
     "metrics_file": "str",
     "spool_keep_s": "non-negative",
+    "round_plans_kept": "count",
 }
 
 

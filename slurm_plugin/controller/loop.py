@@ -221,7 +221,7 @@ class Controller:
             with round_lock(self.config.spool_dir, TICK_LOCK_WAIT_S):
                 report = self._tick(now, dry_run)
                 if not dry_run:
-                    self._sweep_spool()
+                    self._tidy()
         except RoundBusy as e:
             log.warning("tick at %.0f skipped: %s", now, e)
             report = TickReport(now, ok=False, error=str(e))
@@ -305,14 +305,19 @@ class Controller:
         _log_actions(report.round_id, actions)
         return report
 
-    def _sweep_spool(self) -> None:
-        """Remove what ended jobs left in the spool (:mod:`.spoolsweep`); never fails a tick."""
-        if self.observer.listed_at is None:
-            return
+    def _tidy(self) -> None:
+        """Keep the spool from growing with every job and round: remove what ended jobs left
+        (:mod:`.spoolsweep`) and compact old round plans (:meth:`Store.compact_rounds`).
+        Neither fails a tick."""
+        if self.observer.listed_at is not None:
+            try:
+                self.sweeper.maybe_sweep(self.observer.listed, self.observer.listed_at)
+            except OSError as e:
+                log.warning("spool not swept: %s", e)
         try:
-            self.sweeper.maybe_sweep(self.observer.listed, self.observer.listed_at)
-        except OSError as e:
-            log.warning("spool not swept: %s", e)
+            self.store.compact_rounds(self.config.round_plans_kept)
+        except StoreError as e:
+            log.warning("old round plans not compacted: %s", e)
 
     def _scheduler_for(self, obs: Observation) -> Scheduler:
         """The scheduler for this round: on profiles refined by what running jobs report

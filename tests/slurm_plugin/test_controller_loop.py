@@ -396,3 +396,16 @@ def test_the_restart_rate_limit_counts_only_this_jobs_stops(setup):
     store.add_job("2", 1, {}, 100.0)
     store.log_action("r2-stop-2", 2, "2", "stop", "done", "", 120.0)
     assert store.stops_since("2", 0.0) == 1
+
+
+def test_a_tick_compacts_the_plans_of_all_but_the_newest_rounds(setup):
+    config, slurm, store = setup
+    config = replace(config, round_plans_kept=2)
+    controller = _controller(config, slurm, store)
+    for _ in range(4):
+        assert controller.tick().ok
+    whole = [r.round_id for r in store.rounds(10) if not r.plan.get("compacted")]
+    assert len(store.rounds(10)) == 4 and len(whole) == 2 and whole == [r.round_id for r in store.rounds(2)]
+    assert len(store.decision_times()) == 4
+    with pytest.raises(ConfigError, match="round_plans_kept"):
+        controller_config({"round_plans_kept": 0})

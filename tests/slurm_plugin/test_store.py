@@ -141,3 +141,54 @@ def test_reading_jobs_by_id_prepares_one_statement_whatever_the_count(tmp_path):
     after = sqlite_memory_mb()
     assert before is not None and after is not None
     assert after - before < 1.0, (before, after)
+
+
+def _plan(jobs: int, decision_s: float) -> dict[str, object]:
+    """A round plan as the controller stores it, with ``jobs`` queued jobs."""
+    ids = [str(k) for k in range(jobs)]
+    return {
+        "assignments": {"0": {"gpus": [["n1", 0]], "num_gpus": 1, "cpus_per_gpu": 4, "mem_gb_per_gpu": 8.0}},
+        "preempted": [],
+        "migrated": [],
+        "started": ["0"],
+        "reshaped": [],
+        "order": ids,
+        "reasons": dict.fromkeys(ids, "waiting"),
+        "decision_time_s": decision_s,
+        "stage_times_s": {"order": decision_s / 2},
+        "policy_state": {j: {"queue": 1, "attained_s": 12.5} for j in ids},
+    }
+
+
+def test_old_round_plans_keep_what_the_round_decided_and_lose_the_queue(tmp_path):
+    store = Store(tmp_path / "m.db")
+    ids = [store.begin_round(float(t), _plan(1000, 0.01 * t)) for t in range(1, 7)]
+    for round_id in ids:
+        store.finish_round(round_id, 1)
+    old_applying = ids[1]  # a round a crash left half-applied stays whole
+    store.db.execute("UPDATE rounds SET status = 'applying' WHERE round_id = ?", (old_applying,))
+    pages = store.db.execute("PRAGMA page_count").fetchone()[0]
+
+    assert store.compact_rounds(keep=2) == 3  # rounds 1, 3, 4: not 2 (applying), not 5-6 (newest)
+    assert store.compact_rounds(keep=2) == 0  # nothing new
+    plans = {r.round_id: r.plan for r in store.rounds(10)}
+    for round_id in (ids[0], ids[2], ids[3]):
+        plan = plans[round_id]
+        assert plan["compacted"] is True and plan["jobs_ordered"] == 1000
+        assert not set(plan) & {"order", "reasons", "policy_state"}
+        assert plan["started"] == ["0"] and plan["assignments"] == _plan(1, 0)["assignments"]
+    for round_id in (old_applying, ids[4], ids[5]):
+        assert "compacted" not in plans[round_id] and len(plans[round_id]["order"]) == 1000
+    # What reports read survives compaction: every round's decision time, oldest first.
+    assert store.decision_times() == [0.01 * t for t in range(1, 7)]
+    assert store.decision_times(since_s=5.0) == [0.05, 0.06]
+
+    # A new process (cron's --once) finds what is left to compact; old rows' freed pages are
+    # reused by new rounds, so the file stops growing with the queue's length.
+    store.close()
+    again = Store(tmp_path / "m.db")
+    for t in range(7, 27):
+        again.finish_round(again.begin_round(float(t), _plan(1000, 0.01)), 1)
+        again.compact_rounds(keep=2)
+    assert sum("compacted" not in r.plan for r in again.rounds(100)) == 3  # two newest + the applying one
+    assert again.db.execute("PRAGMA page_count").fetchone()[0] <= pages

@@ -341,3 +341,47 @@ def test_the_controller_runs_as_an_operator_and_without_the_admin_level_touches_
         assert (now.state, now.held, now.restarts) == (job.state, job.held, job.restarts), (job_id, job, now)
     assert [j for j, s in after.items() if s.held and s.state == "PENDING"] == [late2]
     assert after[late2].reason == "JobHeldUser" and after[late2].restarts == 0  # as its user submitted it
+
+
+SWEEP = """
+import dataclasses, json, sys, time
+from slurm_plugin.controller.spoolsweep import sweep_spool
+result = sweep_spool(sys.argv[1], set(), time.time(), 86400.0)
+print(json.dumps(dataclasses.asdict(result)))
+"""
+
+
+@pytest.mark.live
+def test_as_an_operator_the_spool_sweep_removes_its_plan_files_and_puts_a_users_status_aside(
+    operator_cluster: Cluster, work_dir: Path
+) -> None:
+    """An ended job's plan file is the operator's and goes; its status directory is the job
+    user's, which the operator (not root) can rename out of the way in the sticky ``status/``
+    it owns, but not empty: it stays renamed, no longer read, and is counted."""
+    operator, owner = operator_user(), job_user()
+    spool = work_dir / "sweep-spool"
+    spool.mkdir(mode=0o755)
+    os.chown(spool, operator.pw_uid, operator.pw_gid)
+    write = (
+        "import sys\nfrom planner.model import Assignment\nfrom slurm_plugin import planfile\n"
+        "planfile.ensure_spool(sys.argv[1])\n"
+        "planfile.write_plan(sys.argv[1], '7', None, Assignment((('n1', 0),), 4, 8.0))\n"
+    )
+    as_user(operator, [sys.executable, "-c", write, str(spool)], operator_cluster)
+    status_dir = spool / "status" / "7"
+    beats = (
+        "import os, sys\nos.mkdir(sys.argv[1])\nopen(sys.argv[1] + '/heartbeat.jsonl', 'w').write('{}\\n')\n"
+    )
+    as_user(owner, [sys.executable, "-c", beats, str(status_dir)], operator_cluster)  # as mosaic-run
+    two_days_ago = time.time() - 2 * 86400
+    for path in (*(spool / "plans").iterdir(), status_dir / "heartbeat.jsonl", status_dir):
+        os.utime(path, (two_days_ago, two_days_ago))
+
+    done = as_user(operator, [sys.executable, "-c", SWEEP, str(spool)], operator_cluster)
+
+    result = json.loads(done.stdout)
+    assert (result["jobs_removed"], result["leftovers"], result["errors"]) == (1, 1, 0), result
+    assert not list((spool / "plans").iterdir()) and not status_dir.exists()
+    (aside,) = (spool / "status").iterdir()
+    assert aside.name.startswith(".retired-7-") and aside.stat().st_uid == owner.pw_uid
+    assert (aside / "heartbeat.jsonl").exists()

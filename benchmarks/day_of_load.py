@@ -35,6 +35,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,8 @@ def main() -> None:
                         help="stop ticking after this long (real s)")  # fmt: skip
     parser.add_argument("--preset", default="tiresias")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--round-plans-kept", type=int, default=None, metavar="N",
+                        help="the controller's round_plans_kept (default: its own default)")  # fmt: skip
     parser.add_argument("--out", default="day_of_load", help="result name under benchmarks/results/")
     parser.add_argument("--diagnose", action="store_true",
                         help="also sample the controller's Python heap (tracemalloc), glibc's "
@@ -88,6 +91,11 @@ def main() -> None:
 # -- the controller's process ----------------------------------------------------------
 
 
+def _file_mb(path: Path) -> float:
+    """The state store on disk: the database file and its WAL."""
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*") if p.is_file()) / 1e6
+
+
 def _rss_mb() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -96,7 +104,13 @@ def _rss_mb() -> float:
 
 
 def controller_worker(
-    conn: Connection, conf: str, spool: str, preset_name: str, tick_s: float, diagnose: bool = False
+    conn: Connection,
+    conf: str,
+    spool: str,
+    preset_name: str,
+    tick_s: float,
+    diagnose: bool = False,
+    round_plans_kept: int | None = None,
 ) -> None:
     """Runs in the spawned child: one tick per message, as ``mosaic controller`` builds it."""
     import resource
@@ -116,6 +130,8 @@ def controller_worker(
     config = ControllerConfig(
         spool_dir=Path(spool), slurm_conf=conf, round_s=tick_s, checkpoint_grace_s=3.0, stop_timeout_s=30.0
     )
+    if round_plans_kept is not None:
+        config = replace(config, round_plans_kept=round_plans_kept)
     client = CliSlurm(config.slurm_env, timeout_s=120)
     store = Store(config.store_path)
     start = time.time()
@@ -159,6 +175,7 @@ def controller_worker(
                 "failed": len(failed),
                 "rss_mb": round(_rss_mb(), 2),
                 "sqlite_mb": sqlite_memory_mb(),
+                "store_file_mb": round(_file_mb(config.store_path), 2),
                 "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 2),
             }
         )
@@ -279,7 +296,15 @@ def bench(cluster: lifecycle.Cluster, root: Path, args: argparse.Namespace) -> d
     parent, child = ctx.Pipe()
     worker = ctx.Process(
         target=controller_worker,
-        args=(child, str(cluster.layout.conf), str(root / "spool"), args.preset, args.tick_s, args.diagnose),
+        args=(
+            child,
+            str(cluster.layout.conf),
+            str(root / "spool"),
+            args.preset,
+            args.tick_s,
+            args.diagnose,
+            args.round_plans_kept,
+        ),
         daemon=True,
     )
     worker.start()
@@ -395,6 +420,7 @@ def summarize(
             f"--pace-s {args.pace_s:g} --preset {args.preset} --seed {args.seed}"
             + (f" --max-wall-s {args.max_wall_s:g}" if args.max_wall_s is not None else "")
             + (" --diagnose" if args.diagnose else "")
+            + (f" --round-plans-kept {args.round_plans_kept}" if args.round_plans_kept is not None else "")
         ),
         "cluster": "test cluster homogeneous + accounting: 4 nodes x 4 GPUs, 16 CPUs, 64 GB",
         "slurm": run(["squeue", "--version"], env=cluster.env).stdout.strip(),
@@ -414,6 +440,10 @@ def summarize(
         "tick_s_p95": round(sorted(times)[min(len(times) - 1, int(0.95 * len(times)))], 3),
         "tick_s_max": max(times),
         "tick_time_slope_s_per_hour": _round(slope(hours, times)),
+        "round_plans_kept": args.round_plans_kept,
+        "store_file_mb_first": ticks[0].get("store_file_mb"),
+        "store_file_mb_last": ticks[-1].get("store_file_mb"),
+        "store_file_mb_max": max((t.get("store_file_mb") or 0.0) for t in ticks),
         "rss_mb_before_first_tick": round(rss_start, 1),
         "rss_mb_first": rss[0],
         "rss_mb_last": rss[-1],
@@ -519,6 +549,13 @@ def plot(result: dict[str, Any], path: Path) -> None:
         first, last = ticks[0]["sqlite_mb"], ticks[-1]["sqlite_mb"]
         label = f"SQLite's own memory: {first:.1f} -> {last:.1f} MB"
         bottom.plot(hours, [t["sqlite_mb"] for t in ticks], lw=1.0, color="tab:purple", label=label)
+    if all(t.get("store_file_mb") is not None for t in ticks):
+        label = f"state store on disk: {ticks[0]['store_file_mb']:.0f} -> {ticks[-1]['store_file_mb']:.0f} MB"
+        if result.get("round_plans_kept") is not None:
+            label += f" (round_plans_kept {result['round_plans_kept']})"
+        top.twinx().plot(hours, [t["store_file_mb"] for t in ticks], lw=1.0, color="tab:orange", label=label)
+        top.plot([], [], lw=1.0, color="tab:orange", label=label)
+        top.legend(fontsize=8, loc="lower right")
     if "listed" in ticks[0]:
         rows = bottom.twinx()
         rows.plot(hours, [t["listed"] for t in ticks], lw=0.8, color="tab:blue", alpha=0.6)

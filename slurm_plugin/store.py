@@ -421,13 +421,14 @@ class Store:
     def compact_rounds(self, keep: int, batch: int = 64) -> int:
         """Drop :data:`QUEUE_PARTS` from the plan of every round but the newest ``keep``.
 
-        A plan lists every queued job in its order, reasons and policy state (about 0.1 KB
-        per job: 1 MB a round at 10,000 queued jobs), so a store that kept them all grew by
-        that much every round for as long as the controller ran. What a round decided (its
+        A plan lists every queued job in its order, reasons and policy state (661 KB a round
+        at 10,000 queued jobs under ``tiresias``), so a store that kept them all grew by that
+        much every round for as long as the controller ran. What a round decided (its
         assignments, starts, stops, migrations, reshapes) and its timings stay, with
         ``"compacted": true`` and the number of jobs it ordered. A round still being applied
-        is left whole (a restarted controller completes it from its plan). Returns how many
-        rounds were compacted."""
+        is left whole (a restarted controller completes it from its plan), and so is a plan
+        that is not a JSON object (nothing here reads it). Returns how many rounds were
+        compacted."""
         row = self.db.execute("SELECT MAX(round_id) FROM rounds").fetchone()
         if row is None or row[0] is None:
             return 0
@@ -442,12 +443,10 @@ class Store:
             if not rows:
                 self._compacted_upto = upto
                 break
+            compacted = [(c, round_id) for round_id, text in rows if (c := _compacted(text)) is not None]
             with self.db:
-                self.db.executemany(
-                    "UPDATE rounds SET plan = ? WHERE round_id = ?",
-                    [(json.dumps(_compacted(json.loads(text))), round_id) for round_id, text in rows],
-                )
-            done += len(rows)
+                self.db.executemany("UPDATE rounds SET plan = ? WHERE round_id = ?", compacted)
+            done += len(compacted)
             if len(rows) < batch:
                 self._compacted_upto = upto
                 break
@@ -648,10 +647,19 @@ def _shape_text(shape: Shape) -> str:
     )
 
 
-def _compacted(plan: Mapping[str, Any]) -> dict[str, Any]:
+def _compacted(text: str) -> str | None:
+    """The compacted text of a stored plan; ``None`` for one that is not a JSON object."""
+    try:
+        plan = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(plan, dict):
+        return None
     order = plan.get("order")
     kept = {k: v for k, v in plan.items() if k not in QUEUE_PARTS and k != "compacted"}
-    return {"compacted": True, **kept, "jobs_ordered": len(order) if isinstance(order, list) else None}
+    return json.dumps(
+        {"compacted": True, **kept, "jobs_ordered": len(order) if isinstance(order, list) else None}
+    )
 
 
 def _round_record(row: tuple[Any, ...]) -> RoundRecord:

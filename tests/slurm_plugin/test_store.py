@@ -192,3 +192,15 @@ def test_old_round_plans_keep_what_the_round_decided_and_lose_the_queue(tmp_path
         again.compact_rounds(keep=2)
     assert sum("compacted" not in r.plan for r in again.rounds(100)) == 3  # two newest + the applying one
     assert again.db.execute("PRAGMA page_count").fetchone()[0] <= pages
+
+
+def test_a_plan_that_is_not_a_json_object_is_left_as_it_is(tmp_path):
+    store = Store(tmp_path / "m.db")
+    ids = [store.begin_round(float(t), _plan(3, 0.1)) for t in range(4)]
+    for round_id in ids:
+        store.finish_round(round_id, 0)
+    store.db.execute("UPDATE rounds SET plan = '[1, 2]' WHERE round_id = ?", (ids[0],))
+    store.db.execute("UPDATE rounds SET plan = 'not json' WHERE round_id = ?", (ids[1],))
+    assert store.compact_rounds(keep=1) == 1  # round 3 only
+    texts = [r[0] for r in store.db.execute("SELECT plan FROM rounds ORDER BY round_id")]
+    assert texts[:2] == ["[1, 2]", "not json"] and texts[2].startswith('{"compacted": true')

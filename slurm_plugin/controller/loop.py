@@ -97,7 +97,7 @@ class Observer:
         self.config = config
         self.clock = clock
         self.pending = PendingJobs()  # pending jobs' planner records, reused across ticks
-        self.listed: frozenset[str] = frozenset()  # every job id of the last listing
+        self.listed: list[SlurmJob] = []  # every job of the last listing
         self.listed_at: float | None = None  # wall-clock time just before it was taken
 
     def observe(self) -> Observation:
@@ -105,7 +105,7 @@ class Observer:
         now = self.clock()
         listed_at = time.time()
         jobs = self.client.jobs()
-        self.listed, self.listed_at = frozenset(sj.id for sj in jobs), listed_at
+        self.listed, self.listed_at = jobs, listed_at
         nodes = self.client.nodes()
         partitions = set(self.config.partitions)
         managed = [sj for sj in jobs if sj.partition in partitions]
@@ -311,7 +311,8 @@ class Controller:
         Neither fails a tick."""
         if self.observer.listed_at is not None:
             try:
-                self.sweeper.maybe_sweep(self.observer.listed, self.observer.listed_at)
+                listed = (sj.id for sj in self.observer.listed)  # read only when a sweep is due
+                self.sweeper.maybe_sweep(listed, self.observer.listed_at)
             except OSError as e:
                 log.warning("spool not swept: %s", e)
         try:

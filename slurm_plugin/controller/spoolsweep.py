@@ -25,7 +25,7 @@ import os
 import shutil
 import stat
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,14 +107,14 @@ def _status_entry_job(name: str) -> str | None:
         return None
 
 
-def sweep_spool(spool: str | Path, listed: Collection[str], listed_at: float, keep_s: float) -> SweepResult:
+def sweep_spool(spool: str | Path, listed: Iterable[str], listed_at: float, keep_s: float) -> SweepResult:
     """Remove the entries of jobs not in ``listed`` (job ids Slurm showed at ``listed_at``,
     wall-clock seconds) whose newest change is more than ``keep_s`` before ``listed_at``."""
     base = Path(spool)
-    listed = set(listed)
+    listed_ids = set(listed)
     jobs_removed = entries_removed = kept_listed = kept_recent = errors = 0
     for job_id, entries in sorted(_entries(base).items()):
-        if job_id in listed:
+        if job_id in listed_ids:
             kept_listed += 1
             continue
         if max(_newest_mtime(p, info) for p, info in entries) > listed_at - keep_s:
@@ -171,7 +171,7 @@ class SpoolSweeper:
         self._last: float | None = None
         self._warned_leftovers = False
 
-    def maybe_sweep(self, listed: Collection[str], listed_at: float) -> SweepResult | None:
+    def maybe_sweep(self, listed: Iterable[str], listed_at: float) -> SweepResult | None:
         now = self.monotonic()
         if self._last is not None and now - self._last < self.every_s:
             return None

@@ -7,7 +7,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,25 @@ from slurm_plugin.slurm.backend import CliSlurm
 from slurm_plugin.slurm.parse import SlurmJob
 from slurm_plugin.store import Store
 from slurm_plugin.submit import submit
+from slurm_plugin.testcluster import lifecycle
 from slurm_plugin.testcluster.lifecycle import Cluster
+from slurm_plugin.testcluster.shapes import shape_named
+from tests.conftest import why_no_slurm
+
+
+@contextmanager
+def cluster_in(root: Path, shape: str = "homogeneous") -> Iterator[Cluster]:
+    """A test cluster brought up in ``root`` and down again on exit. Brought up a second time
+    in the same ``root``, slurmctld starts on fresh state (job ids from 1, no job listed).
+    Skips the test where this machine cannot run Slurm."""
+    why = why_no_slurm()
+    if why:
+        pytest.skip(why)
+    cluster = lifecycle.up(shape_named(shape), root)
+    try:
+        yield cluster
+    finally:
+        lifecycle.down(root)
 
 
 def config_for(cluster: Cluster, spool: Path, **changes: Any) -> ControllerConfig:

@@ -17,21 +17,21 @@ from slurm_plugin import planfile
 from slurm_plugin.controller.resize import apply_resize
 from slurm_plugin.slurm.backend import CliSlurm
 from slurm_plugin.store import Store
-from slurm_plugin.testcluster import lifecycle
-from slurm_plugin.testcluster.shapes import shape_named
-from tests.conftest import why_no_slurm
-from tests.slurm_plugin.live_helpers import config_for, controller, submit_job, wait_state, write_script
+from tests.slurm_plugin.live_helpers import (
+    cluster_in,
+    config_for,
+    controller,
+    submit_job,
+    wait_state,
+    write_script,
+)
 from wrapper import status
 
 
 @pytest.mark.live
 def test_a_job_id_given_again_after_a_fresh_start_is_a_new_job(tmp_path):
-    why = why_no_slurm()
-    if why:
-        pytest.skip(why)
     root, spool = tmp_path / "cluster", tmp_path / "spool"
-    cluster = lifecycle.up(shape_named("homogeneous"), root)
-    try:
+    with cluster_in(root) as cluster:
         config = config_for(cluster, spool, checkpoint_grace_s=0.0)
         first = submit_job(config, write_script(tmp_path, "first", 2, exit_on_checkpoint=True))
         assert first == "1"
@@ -46,11 +46,8 @@ def test_a_job_id_given_again_after_a_fresh_start_is_a_new_job(tmp_path):
         status_dir.mkdir(parents=True, exist_ok=True)
         with (status_dir / status.HEARTBEATS).open("a") as f:
             f.write('{"event": "heartbeat", "progress": 0.9, "earlier_job": true}\n')
-    finally:
-        lifecycle.down(root)
 
-    cluster = lifecycle.up(shape_named("homogeneous"), root)
-    try:
+    with cluster_in(root) as cluster:
         config = config_for(cluster, spool, checkpoint_grace_s=0.0)
         second = submit_job(config, write_script(tmp_path, "second", 1))
         assert second == "1"  # Slurm numbers from 1 again
@@ -62,5 +59,3 @@ def test_a_job_id_given_again_after_a_fresh_start_is_a_new_job(tmp_path):
         assert record.progress is None and record.meta.get("model") == "resnet50"
         assert planfile.read_plan(spool, second)["version"] == 1  # type: ignore[index]
         assert not any(r.get("earlier_job") for r in planfile.read_heartbeats(spool, second))
-    finally:
-        lifecycle.down(root)

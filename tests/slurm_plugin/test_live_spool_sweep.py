@@ -15,10 +15,8 @@ import subprocess
 import pytest
 
 from slurm_plugin import planfile
-from slurm_plugin.testcluster import lifecycle
-from slurm_plugin.testcluster.shapes import shape_named
-from tests.conftest import why_no_slurm
 from tests.slurm_plugin.live_helpers import (
+    cluster_in,
     config_for,
     controller,
     submit_job,
@@ -31,12 +29,8 @@ from wrapper import status
 
 @pytest.mark.live
 def test_an_ended_jobs_files_stay_while_slurm_lists_it_and_go_once_it_does_not(tmp_path):
-    why = why_no_slurm()
-    if why:
-        pytest.skip(why)
     root, spool = tmp_path / "cluster", tmp_path / "spool"
-    cluster = lifecycle.up(shape_named("homogeneous"), root)
-    try:
+    with cluster_in(root) as cluster:
         config = config_for(cluster, spool, checkpoint_grace_s=0.0, spool_keep_s=0.0)
         job = submit_job(config, write_script(tmp_path, "ended", 1))
         assert controller(config).tick().ok
@@ -47,15 +41,10 @@ def test_an_ended_jobs_files_stay_while_slurm_lists_it_and_go_once_it_does_not(t
         wait_state(config, job, "CANCELLED")
         assert controller(config).tick().ok  # a new controller sweeps on its first tick
         assert plan.exists() and beats.exists()  # squeue lists the ended job for MinJobAge
-    finally:
-        lifecycle.down(root)
 
-    cluster = lifecycle.up(shape_named("homogeneous"), root)
-    try:
+    with cluster_in(root) as cluster:
         config = config_for(cluster, spool, spool_keep_s=0.0)
         assert controller(config).tick().ok
         assert not plan.exists() and not os.path.lexists(beats.parent)
         assert sorted(p.name for p in (spool / "plans").iterdir()) == []
         assert sorted(p.name for p in (spool / "status").iterdir()) == []
-    finally:
-        lifecycle.down(root)

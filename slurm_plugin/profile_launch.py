@@ -105,14 +105,26 @@ def _sbatch_options(text: str) -> dict[str, Any]:
     return out
 
 
-def example_target(name: str, steps: int, data_dir: Path | None = None) -> Target:
+def example_target(name: str, steps: int, data_dir: Path | None = None, framework: str = "torch") -> Target:
+    """A named example; its plan samples train with ``framework`` under mosaic-run (its CPU
+    runs are plain torch either way)."""
     example = examples.get_example(name)
     examples.example_script(name)  # fails early, naming the path, outside a source checkout
+    if framework not in example.frameworks:
+        raise InputError(
+            f"--framework {framework}: example {name!r} trains with {', '.join(example.frameworks)}"
+        )
+    identity: dict[str, Any] = {"example": name, "steps": steps}
+    if framework != "torch":
+        identity["framework"] = framework  # a torch profile's identity is as before
     return Target(
         label=f"example:{name}",
         model=name,
-        command=lambda cpus, sample, batch: _example_argv(name, cpus, steps, data_dir, sample, batch),
-        identity={"example": name, "steps": steps},
+        command=lambda cpus, sample, batch: _example_argv(
+            name, cpus, steps, data_dir, sample, batch, framework
+        ),
+        identity=identity,
+        framework=framework,
         global_batch=example.batch,
         prepare=examples.prepare_command(name, data_dir),
         data_dir=data_dir,
@@ -121,7 +133,13 @@ def example_target(name: str, steps: int, data_dir: Path | None = None) -> Targe
 
 
 def _example_argv(
-    name: str, cpus: int, steps: int, data_dir: Path | None, sample: PlanSample | None, batch: int | None
+    name: str,
+    cpus: int,
+    steps: int,
+    data_dir: Path | None,
+    sample: PlanSample | None,
+    batch: int | None,
+    framework: str = "torch",
 ) -> list[str]:
     """A CPU run: the script plainly on ``cpus``. A plan sample: under ``mosaic-run`` (which
     reads the profiler's plan file and starts the ranks), each rank on ``--threads``. Both
@@ -130,7 +148,7 @@ def _example_argv(
         return examples.example_command(name, cpus, steps, local=True, batch=batch, data_dir=data_dir)
     extra = ("--threads", str(sample.threads))
     return examples.example_command(
-        name, cpus, steps, local=False, batch=batch, data_dir=data_dir, extra_args=extra
+        name, cpus, steps, local=False, batch=batch, data_dir=data_dir, extra_args=extra, framework=framework
     )
 
 

@@ -71,6 +71,7 @@ class Example:
     description: str
     default_args: tuple[str, ...] = ()
     has_data: bool = False
+    frameworks: tuple[str, ...] = ("torch",)
 
 
 EXAMPLES: dict[str, Example] = {
@@ -89,7 +90,9 @@ EXAMPLES: dict[str, Example] = {
             script="contrib/examples/text_transformer.py",
             batch=16,
             cpu_sensitive=False,
-            description="small transformer LM on synthetic in-memory tokens; compute-bound",
+            description="small transformer LM on synthetic in-memory tokens; compute-bound "
+            "(torch DDP, or DeepSpeed ZeRO under mosaic-run --framework deepspeed)",
+            frameworks=("torch", "deepspeed"),
         ),
     )
 }
@@ -146,6 +149,7 @@ def example_command(
     seed: int = 0,
     python: str | None = None,
     extra_args: Sequence[str] = (),
+    framework: str = "torch",
 ) -> list[str]:
     """The argv that runs example ``name`` for ``steps`` optimizer steps on ``cpus`` CPUs.
 
@@ -176,6 +180,9 @@ def example_command(
         The interpreter (default: this one).
     extra_args
         More script arguments, after the defaults.
+    framework
+        What trains under ``mosaic-run`` (its ``--framework``): ``torch``, or ``deepspeed`` for
+        an example that has a DeepSpeed path (``Example.frameworks``). A plain run is torch.
 
     Returns
     -------
@@ -183,6 +190,8 @@ def example_command(
         The argv, ready for ``subprocess``; no shell involved.
     """
     example = get_example(name)
+    if framework not in example.frameworks:
+        raise InputError(f"example {name!r} trains with {', '.join(example.frameworks)}, not {framework!r}")
     size = example.batch if batch is None else batch
     for what, value in (("cpus", cpus), ("steps", steps), ("batch", size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -194,7 +203,7 @@ def example_command(
     args += [*example.default_args, *extra_args]
     if local:
         return [*script, *args]
-    wrapper = [_mosaic_run(), "--framework", "torch", "--global-batch", str(size)]
+    wrapper = [_mosaic_run(), "--framework", framework, "--global-batch", str(size)]
     return [*wrapper, "--", *script, *args]
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -105,10 +106,19 @@ def end_of_step(
     loss: float,
     model: Any,
     optimizer: Any,
+    save: Callable[[int, float], None] | None = None,
     **fields: Any,
 ) -> bool:
     """After optimizer step ``done``: loss log, heartbeat (the last one forced, so even a short
-    run reports a rate), checkpoint. True when the run must stop (a checkpoint signal)."""
+    run reports a rate), checkpoint. True when the run must stop (a checkpoint signal).
+
+    ``save(step, loss)`` writes a checkpoint where the model is not a torch module with its
+    optimizer (a DeepSpeed engine); by default ``Runtime.save_checkpoint`` (DCP) does."""
+    if save is None:
+
+        def save(step: int, loss: float) -> None:
+            rt.save_checkpoint(step, model, optimizer, extra={"loss": loss})
+
     timer.step_done(done)
     log_loss(args.loss_log, rt.rank, done, loss, rt.world_size)
     rt.report(
@@ -121,10 +131,10 @@ def end_of_step(
     )
     if rt.should_checkpoint():
         if rt.checkpoint_dir is not None:  # a plain run just stops
-            rt.save_checkpoint(done, model, optimizer, extra={"loss": loss})
+            save(done, loss)
         return True
     if args.checkpoint_every and done % args.checkpoint_every == 0:
-        rt.save_checkpoint(done, model, optimizer, extra={"loss": loss})
+        save(done, loss)
     return False
 
 

@@ -273,7 +273,7 @@ def run_profile(args: argparse.Namespace) -> int:
     profiler.check_writable(out)
     data_dir = Path(args.data_dir) if args.data_dir else None
     if args.example:
-        target = profiler.example_target(args.example, args.steps, data_dir)
+        target = profiler.example_target(args.example, args.steps, data_dir, args.framework or "torch")
     else:
         target = profiler.script_target(args.job)
     model = args.model or target.model

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from planner.errors import InputError
 from profiles.document import profiles_from_document
 from profiles.profiler.measure import throughput
 from slurm_plugin.cli.main import main
@@ -259,6 +260,14 @@ def test_an_example_runs_plainly_for_the_cpu_search_and_under_mosaic_run_for_a_p
     other = target.command(2, PlanSample(2, 1), 32)
     assert other[other.index("--global-batch") + 1] == "32" and other[other.index("--batch") + 1] == "32"
     assert target.command(1, None, 32)[target.command(1, None, 32).index("--batch") + 1] == "32"
+    # --framework deepspeed: the plan samples train with DeepSpeed, the CPU runs stay plain.
+    ds = example_target("text-transformer", steps=50, framework="deepspeed")
+    sampled = ds.command(2, PlanSample(1, 2), 16)
+    assert sampled[sampled.index("--framework") + 1] == "deepspeed" and ds.framework == "deepspeed"
+    assert "mosaic-run" not in " ".join(ds.command(2, None, 16))
+    assert ds.identity != target.identity  # a torch profile's state is not resumed as a DeepSpeed one
+    with pytest.raises(InputError, match="--framework deepspeed: example 'image-cnn' trains with torch"):
+        example_target("image-cnn", steps=50, framework="deepspeed")
 
 
 def test_a_real_example_is_profiled(tmp_path, capsys):

@@ -73,6 +73,13 @@ def test_mosaic_run_command_declares_the_global_batch():
     )
 
 
+def test_deepspeed_is_offered_where_the_example_has_a_deepspeed_path():
+    argv = examples.example_command("text-transformer", 2, 10, local=False, framework="deepspeed")
+    assert argv[1 : argv.index("--")] == ["--framework", "deepspeed", "--global-batch", "16"]
+    with pytest.raises(InputError, match=r"'image-cnn' trains with torch, not 'deepspeed'"):
+        examples.example_command("image-cnn", 2, 10, local=False, framework="deepspeed")
+
+
 def test_prepare_command():
     assert examples.prepare_command("text-transformer") is None
     argv = examples.prepare_command("image-cnn", "/data")
@@ -174,3 +181,40 @@ def test_image_example_stops_at_a_checkpoint_signal_with_its_loader_workers_runn
     assert marker is not None and marker["signal"] == "SIGUSR1" and marker["step"] >= 2
     beats = [r for r in _records(tmp_path, "sig") if r["event"] == "heartbeat"]
     assert beats[-1]["step"] == marker["step"] and beats[-1]["loader_workers"] == 1
+
+
+def _deepspeed_or_torch(tmp_path, tag, framework, workers, plan, steps, *extra):
+    """text-transformer under mosaic-run on ``workers`` local ranks of one thread with ``plan``."""
+    log = tmp_path / f"loss-{tag}.jsonl"
+    argv = examples.example_command(
+        "text-transformer", 1, steps, local=False, batch=BATCH, framework=framework,
+        extra_args=[*SMALL["text-transformer"], "--loss-log", str(log), *extra],
+    )  # fmt: skip
+    argv[1:1] = ["--launcher", "local", "--workers", str(workers), "--plan", json.dumps(plan)]
+    done = subprocess.run(argv, env=_env(tmp_path, tag), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    losses = {r["step"]: r["loss"] for r in map(json.loads, log.read_text().splitlines())}
+    return losses, json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+@pytest.mark.jobs
+def test_text_example_under_deepspeed_trains_as_torch_does_and_resumes_at_another_size(tmp_path):
+    pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (extra 'deepspeed')")
+    # The profiler's DeepSpeed samples run this path: ZeRO-2 with the optimizer offloaded and
+    # accumulation, on 2 ranks, must follow the torch DDP run's loss curve.
+    reference, _, _ = _deepspeed_or_torch(tmp_path, "torch", "torch", 2, {"grad_accum": 2}, 5)
+    offload = {"grad_accum": 2, "zero_stage": 2, "offload_optimizer": True}
+    first, summary, _ = _deepspeed_or_torch(
+        tmp_path, "ds", "deepspeed", 2, offload, 3, "--checkpoint-every", "3", "--threads", "2"
+    )
+    assert summary["framework"] == "deepspeed" and summary["threads"] == 2 and summary["world_size"] == 2
+    assert sorted(first) == [1, 2, 3]
+    # Resumed on one rank: mosaic-run converts the ZeRO checkpoint to a universal one.
+    second, summary, err = _deepspeed_or_torch(tmp_path, "ds", "deepspeed", 1, {"zero_stage": 2}, 5)
+    assert "converting step-00000003 to a universal checkpoint" in err
+    assert summary["start_step"] == 3 and summary["world_size"] == 1
+    assert sorted(second) == [1, 2, 3, 4, 5]
+    for step in (1, 2, 3, 4, 5):
+        assert second[step] == pytest.approx(reference[step], rel=1e-4), step
+        if step <= 3:
+            assert first[step] == pytest.approx(reference[step], rel=1e-4), step

@@ -14,6 +14,11 @@ Three ``mosaic profile --example text-transformer --local`` commands, as a user 
    and 16, and 1 rank of 2 threads with accumulation 2, 8 and 16;
 3. seven at batch 32: 1-2 ranks of one thread and 1 rank of two, accumulation 1-16;
 
+``--framework deepspeed`` does the same with the example's DeepSpeed path (ZeRO on gloo): the
+seven DeepSpeed defaults (data parallelism, ZeRO-2 and three ZeRO-Offload runs over 1-2 ranks,
+1-2 threads and accumulation 1-4) against 14 other ZeRO-1/ZeRO-2/offload configurations at
+batch 16 and 32 (``OTHER_16_DS``, ``OTHER_32_DS``).
+
 With ``--repeat N`` every configuration is measured N times (the profiler goes round its
 samples N times) and its median is used, for the fitted samples and the others alike.
 Then ``mosaic perfmodel validate`` of each fit on the samples themselves and on the others
@@ -55,6 +60,27 @@ OTHER_32 = [
     {"ranks": 2, "threads": 1, "plan": {"grad_accum": 16}},
 ]
 
+Z2, OFF = {"zero_stage": 2}, {"zero_stage": 2, "offload_optimizer": True}
+OTHER_16_DS = [
+    {"ranks": 1, "threads": 1, "plan": {"zero_stage": 1}},
+    {"ranks": 2, "threads": 1, "plan": {"zero_stage": 1, "grad_accum": 2}},
+    {"ranks": 2, "threads": 1, "plan": {**Z2, "grad_accum": 4}},
+    {"ranks": 1, "threads": 2, "plan": Z2},
+    {"ranks": 1, "threads": 2, "plan": {**OFF, "grad_accum": 4}},
+    {"ranks": 1, "threads": 1, "plan": {**OFF, "grad_accum": 8}},
+    {"ranks": 2, "threads": 1, "plan": {**OFF, "grad_accum": 2}},
+]
+OTHER_32_DS = [
+    {"ranks": 1, "threads": 1, "plan": {}},
+    {"ranks": 2, "threads": 1, "plan": Z2},
+    {"ranks": 1, "threads": 2, "plan": OFF},
+    {"ranks": 1, "threads": 1, "plan": {"zero_stage": 1, "grad_accum": 4}},
+    {"ranks": 2, "threads": 1, "plan": {**OFF, "grad_accum": 4}},
+    {"ranks": 1, "threads": 2, "plan": {**Z2, "grad_accum": 2}},
+    {"ranks": 2, "threads": 1, "plan": {"grad_accum": 2}},
+]
+KEYS = ("global_batch", "gpus", "cpus_per_gpu", "zero_stage", "offload_optimizer", "grad_accum")
+
 
 def mosaic(*args: str) -> subprocess.CompletedProcess[str]:
     command = [str(Path(sys.executable).parent / "mosaic"), *args]
@@ -64,9 +90,13 @@ def mosaic(*args: str) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def profile(out: Path, plans: str, run_s: float, repeat: int, batch: int | None = None) -> dict[str, Any]:
+def profile(
+    out: Path, plans: str, run_s: float, repeat: int, framework: str, batch: int | None = None
+) -> dict[str, Any]:
     args = ["profile", "--example", "text-transformer", "--local", "--cpus", "2", "--plans", plans]
     args += ["--model-shape", SHAPE, "--run-s", f"{run_s:g}", "--out", str(out), "--json"]
+    if framework != "torch":
+        args += ["--framework", framework]
     if repeat > 1:
         args += ["--repeat", str(repeat)]
     if batch is not None:
@@ -79,14 +109,11 @@ def profile(out: Path, plans: str, run_s: float, repeat: int, batch: int | None 
 
 def rows(path: Path) -> list[dict[str, str]]:
     with path.open() as f:
-        return [
-            {k: r[k] for k in ("global_batch", "gpus", "cpus_per_gpu", "grad_accum", "iter_time_s", "source")}
-            for r in csv.DictReader(f)
-        ]
+        return [{k: r[k] for k in (*KEYS, "iter_time_s", "source")} for r in csv.DictReader(f)]
 
 
 def _config(row: dict[str, str]) -> tuple[str, ...]:
-    return tuple(row[k] for k in ("global_batch", "gpus", "cpus_per_gpu", "grad_accum"))
+    return tuple(row[k] for k in KEYS)
 
 
 def _rows_of(header: str, body: list[str]) -> list[dict[str, str]]:
@@ -105,13 +132,18 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=1, help="measurements of every configuration (the median is used)"
     )
+    parser.add_argument(
+        "--framework", choices=("torch", "deepspeed"), default="torch", help="the example's training path"
+    )
     parser.add_argument("--out", default="profiler_fit", help="result name under benchmarks/results/")
     args = parser.parse_args()
+    o16, o32 = (OTHER_16_DS, OTHER_32_DS) if args.framework == "deepspeed" else (OTHER_16, OTHER_32)
     with tempfile.TemporaryDirectory(prefix="mosaic-profiler-fit-") as tmp:
         root = Path(tmp)
-        fitted = profile(root / "text.json", "auto", args.run_s, args.repeat)
-        other16 = profile(root / "o16.json", json.dumps(OTHER_16), args.run_s, args.repeat)
-        other32 = profile(root / "o32.json", json.dumps(OTHER_32), args.run_s, args.repeat, batch=32)
+        run = (args.run_s, args.repeat, args.framework)
+        fitted = profile(root / "text.json", "auto", *run)
+        other16 = profile(root / "o16.json", json.dumps(o16), *run)
+        other32 = profile(root / "o32.json", json.dumps(o32), *run, batch=32)
         others = root / "others.csv"
         sampled = {_config(r) for r in rows(root / "text.samples.csv")}
         lines = (root / "o16.samples.csv").read_text().splitlines()

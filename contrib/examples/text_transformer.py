@@ -168,8 +168,9 @@ def train(args: argparse.Namespace, rt: runtime.Runtime, cpus: int, use_deepspee
         done = step + 1
         tokens = done * global_batch * args.length
         if end_of_step(
-            args, rt, timer, done, loss, model, optimizer, save, tokens=tokens, cpus=cpus, loader_workers=0
-        ):
+            args, rt, timer, done, loss, model, optimizer, save,
+            tokens=tokens, cpus=cpus, loader_workers=0, threads=args.threads,
+        ):  # fmt: skip
             break
     if rt.rank == 0:
         print_summary(

@@ -15,9 +15,9 @@ thread 36.9 at accumulation 1 and 62.1 at 16; one rank of two threads 24.1 and 6
   ranks on two cores).
 
 So, per configuration (``d`` data-parallel ranks, ``r`` of them on a node, ``t`` threads each,
-``a`` accumulation steps, micro-batch ``m = B/(d·a)``)::
+``a`` accumulation steps, micro-batch ``m = B/(d·a)``, ``z`` 1 under a ZeRO stage, else 0)::
 
-    T = a · (c_micro · (1 + c_share · (r - 1)) + c_sample · m / t^theta) + [d > 1] · c_sync
+    T = a · (c_micro · (1 + c_share · (r - 1)) + z · c_zero + c_sample · m / t^theta) + [d > 1] · c_sync
 
 Rubick's terms, re-read for a CPU rank: ``c_sample`` is T_fwd + T_bwd per sample on one
 thread; ``c_sync`` the gradient all-reduce, once per iteration; ``theta`` how far threads are
@@ -29,8 +29,14 @@ samples); on the measured runs it is small (the fit with it: 6.7 % on 14 other c
 without: 6.3 %). Five parameters per model, fitted like Rubick's seven by minimising RMSLE
 (``scipy.optimize.least_squares``) over the sampled runs: the profiler's seven defaults vary
 ranks, threads and accumulation (:func:`profiles.profiler.runs.default_plan_samples`). Only
-data parallelism is modelled (the profiler samples no TP/PP), ZeRO stages and offload as plain
-data parallelism.
+data parallelism is modelled (the profiler samples no TP/PP).
+
+``c_zero``, a sixth parameter, is what a DeepSpeed ZeRO engine adds to every micro-step: its
+gradient hooks copy each gradient into a reduce bucket and partition it (on CPU ranks the
+optimizer's offload is a copy within host memory, too small to tell apart: ZeRO-2 and
+ZeRO-Offload steps measured within 2 % of each other). It is fitted only where some sampled
+run has a ZeRO stage (the DeepSpeed defaults), and is 0, and left out of the document,
+otherwise, so a torch job's fit and document are those of the five parameters.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ class CpuStepParams:
     theta: float
     c_sync: float
     c_share: float
+    c_zero: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -71,8 +78,8 @@ class CpuStepParams:
 
 
 PARAM_NAMES: tuple[str, ...] = tuple(f.name for f in fields(CpuStepParams))
-_START = CpuStepParams(c_micro=1e-3, c_sample=2e-3, theta=1.0, c_sync=1e-3, c_share=1.0)
-_UPPER = CpuStepParams(c_micro=10.0, c_sample=10.0, theta=1.5, c_sync=100.0, c_share=20.0)
+_START = CpuStepParams(c_micro=1e-3, c_sample=2e-3, theta=1.0, c_sync=1e-3, c_share=1.0, c_zero=1e-3)
+_UPPER = CpuStepParams(c_micro=10.0, c_sample=10.0, theta=1.5, c_sync=100.0, c_share=20.0, c_zero=10.0)
 
 
 def _columns(queries: Sequence[Query]) -> dict[str, np.ndarray]:
@@ -84,12 +91,15 @@ def _columns(queries: Sequence[Query]) -> dict[str, np.ndarray]:
         "m": np.array([q.global_batch for q in queries], dtype=np.float64) / (d * a),
         "t": np.array([q.cpus_per_gpu or 1.0 for q in queries], dtype=np.float64),
         "r": np.array([q.gpus_per_node for q in queries], dtype=np.float64),
+        "z": np.array([1.0 if q.plan.zero_stage else 0.0 for q in queries], dtype=np.float64),
     }
 
 
 def _times(p: Sequence[float], c: Mapping[str, np.ndarray]) -> np.ndarray:
-    c_micro, c_sample, theta, c_sync, c_share = p
-    per_micro = c_micro * (1.0 + c_share * (c["r"] - 1.0)) + c_sample * c["m"] / c["t"] ** theta
+    c_micro, c_sample, theta, c_sync, c_share, c_zero = p
+    per_micro = (
+        c_micro * (1.0 + c_share * (c["r"] - 1.0)) + c_zero * c["z"] + c_sample * c["m"] / c["t"] ** theta
+    )
     result: np.ndarray = c["a"] * per_micro + np.where(c["d"] > 1, c_sync, 0.0)
     return result
 
@@ -140,7 +150,8 @@ class CpuStepModel:
 
 
 def fit_cpu_step(measurements: Sequence[Measurement]) -> CpuStepModel:
-    """Each model's five parameters from its measured runs (at least five per model)."""
+    """Each model's parameters from its measured runs: five, and ``c_zero`` where some run has
+    a ZeRO stage (at least as many runs as parameters, per model)."""
     by_model: dict[str, list[Measurement]] = {}
     for m in measurements:
         by_model.setdefault(normalise(m.query.model.name), []).append(m)
@@ -150,9 +161,11 @@ def fit_cpu_step(measurements: Sequence[Measurement]) -> CpuStepModel:
     residuals: list[np.ndarray] = []
     for key, rows in sorted(by_model.items()):
         name = rows[0].query.model.name
-        if len(rows) < len(PARAM_NAMES):
+        zero = any(m.query.plan.zero_stage for m in rows)
+        free = PARAM_NAMES if zero else tuple(n for n in PARAM_NAMES if n != "c_zero")
+        if len(rows) < len(free):
             raise InputError(
-                f"cpu-step fit: model {name!r} has {len(rows)} measured run(s); its {len(PARAM_NAMES)} "
+                f"cpu-step fit: model {name!r} has {len(rows)} measured run(s); its {len(free)} "
                 "parameters need at least as many"
             )
         for m in rows:
@@ -160,12 +173,16 @@ def fit_cpu_step(measurements: Sequence[Measurement]) -> CpuStepModel:
                 raise InputError(f"{m.source or name}: the cpu-step model covers data parallelism only")
         c = _columns([m.query for m in rows])
         y = np.log([m.iter_time_s for m in rows])
+
+        def every(p: np.ndarray, fixed: bool = not zero) -> list[float]:
+            return [*p, 0.0] if fixed else list(p)  # c_zero is the last parameter
+
         result = least_squares(
-            lambda p, c=c, y=y: np.log(_times(p, c)) - y,
-            [getattr(_START, n) for n in PARAM_NAMES],
-            bounds=([0.0] * len(PARAM_NAMES), [getattr(_UPPER, n) for n in PARAM_NAMES]),
+            lambda p, c=c, y=y: np.log(_times(every(p), c)) - y,
+            [getattr(_START, n) for n in free],
+            bounds=([0.0] * len(free), [getattr(_UPPER, n) for n in free]),
         )
-        params = CpuStepParams(**{n: float(v) for n, v in zip(PARAM_NAMES, result.x, strict=True)})
+        params = CpuStepParams(**{n: float(v) for n, v in zip(PARAM_NAMES, every(result.x), strict=True)})
         models[key] = CpuStepFit(rows[0].query.model, params, len(rows))
         residuals.append(result.fun)
     all_residuals = np.concatenate(residuals)
@@ -174,13 +191,22 @@ def fit_cpu_step(measurements: Sequence[Measurement]) -> CpuStepModel:
 
 def to_document(model: CpuStepModel, samples: int | None = None) -> dict[str, Any]:
     entries = {
-        key: {**shape_entry(fitted.shape), "samples": fitted.samples, **asdict(fitted.params)}
+        key: {**shape_entry(fitted.shape), "samples": fitted.samples, **_params_entry(fitted.params)}
         for key, fitted in sorted(model.models.items())
     }
     document: dict[str, Any] = {"format": FORMAT, "model": KIND, "models": entries}
     if fit := fit_block(samples, model.rmsle):
         document["fit"] = fit
     return document
+
+
+def _params_entry(params: CpuStepParams) -> dict[str, float]:
+    """The parameters, less ``c_zero`` when it is 0 (a fit without ZeRO runs: the document of
+    the five parameters)."""
+    entry = asdict(params)
+    if entry["c_zero"] == 0.0:
+        del entry["c_zero"]
+    return entry
 
 
 def from_document(document: Any, source: str = "perfmodel") -> CpuStepModel:
@@ -194,7 +220,8 @@ def from_document(document: Any, source: str = "perfmodel") -> CpuStepModel:
         m.only((*SHAPE_KEYS, "samples", *PARAM_NAMES))
         shape = read_shape(m, source, key)
         try:
-            params = CpuStepParams(**{n: m.req_float(n, minimum=0.0) for n in PARAM_NAMES})
+            values = {n: m.req_float(n, minimum=0.0) for n in PARAM_NAMES if n != "c_zero"}
+            params = CpuStepParams(**values, c_zero=m.opt_float("c_zero", minimum=0.0) or 0.0)
         except ProfileError:
             raise
         except InputError as e:

@@ -205,13 +205,14 @@ def default_plan_samples(max_cpus: int, offload: bool) -> tuple[PlanSample, ...]
     """Seven sampled configurations within ``max_cpus`` CPUs (Rubick §4.3).
 
     With ``offload`` (a DeepSpeed job): plain data parallelism, ZeRO-2 and three
-    ZeRO-Offload runs (the three offload parameters need them), over 1 and 2 ranks and 1
-    and 2 threads (the threads matter to the offloaded optimizer step). Without (a torch
-    job): data parallelism on 1 and 2 ranks of one thread and 1 rank of two, with gradient
-    accumulation of 1, 4 and 8 steps. Activation checkpointing is not among the defaults: a
-    script that does not implement it would run plain data parallelism under that label, and the model would
-    be fitted to a recompute that never happened; ``--plans JSON`` samples it where the job
-    does it.
+    ZeRO-Offload runs (Rubick's three offload parameters need them), over 1 and 2 ranks and
+    1 and 2 threads (the threads matter to the offloaded optimizer step), two of them with
+    gradient accumulation 4 (the CPU step model's per-micro-step cost is told from its
+    per-sample cost only by accumulation). Without (a torch job): data parallelism on 1 and
+    2 ranks of one thread and 1 rank of two, with gradient accumulation of 1, 4 and 8 steps.
+    Activation checkpointing is not among the defaults: a script that does not implement it
+    would run plain data parallelism under that label, and the model would be fitted to a
+    recompute that never happened; ``--plans JSON`` samples it where the job does it.
     """
     if max_cpus < 1:
         raise ProfileError(f"plan samples need at least one CPU, got {max_cpus}")
@@ -221,10 +222,10 @@ def default_plan_samples(max_cpus: int, offload: bool) -> tuple[PlanSample, ...]
         off = ExecPlan(zero_stage=2, offload_optimizer=True)
         wanted = [
             (1, 1, dp),
-            (2, 1, dp),
+            (2, 1, ExecPlan(grad_accum=4)),
             (1, 1, zero2),
             (2, 1, zero2),
-            (1, 1, off),
+            (1, 1, ExecPlan(zero_stage=2, offload_optimizer=True, grad_accum=4)),
             (1, 2, off),
             (2, 1, off),
             (4, 1, off),

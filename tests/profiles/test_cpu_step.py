@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -85,3 +86,36 @@ def test_too_few_runs_another_model_and_tensor_parallelism_are_errors_naming_the
     with pytest.raises(InputError, match="data parallelism only"):
         model.predict_many([tp])
     assert np.isfinite(model.predict_many([query(1, 1, 1)])[0])
+
+
+def test_a_zero_engines_cost_is_fitted_from_the_deepspeed_defaults_and_only_there():
+    zero_truth = replace(TRUTH, c_zero=4.5e-3)
+    model = cpu_step.CpuStepModel({"texttransformer": cpu_step.CpuStepFit(SHAPE, zero_truth, 0)})
+
+    def ds_query(ranks, threads, plan, batch=16):
+        return make_query(SHAPE, ranks, batch, plan, cpus_per_gpu=threads)
+
+    samples = default_plan_samples(2, offload=True)
+    assert sum(s.plan.offload_optimizer for s in samples) == 3 and {s.plan.grad_accum for s in samples} > {4}
+    measured = [
+        Measurement(q, model.predict_many([q])[0], s.label)
+        for s in samples
+        for q in [ds_query(s.ranks, s.threads, s.plan)]
+    ]
+    fitted = fit_cpu_step(measured)
+    assert fitted.models["texttransformer"].params.c_zero == pytest.approx(4.5e-3, rel=1e-2)
+    others = [
+        ds_query(2, 1, ExecPlan(zero_stage=1, grad_accum=2)),
+        ds_query(1, 2, ExecPlan(zero_stage=2, offload_optimizer=True, grad_accum=8)),
+        ds_query(2, 1, ExecPlan(zero_stage=2), batch=32),
+        ds_query(1, 1, ExecPlan(grad_accum=2), batch=32),
+    ]
+    for q, predicted in zip(others, fitted.predict_many(others), strict=True):
+        assert predicted == pytest.approx(model.predict_many([q])[0], rel=1e-2)
+    # The document carries c_zero where it was fitted and reads back; a torch fit's has none.
+    back = read_any(json.dumps(cpu_step.to_document(fitted)), "ds.json")
+    assert back.predict_many(others) == pytest.approx(fitted.predict_many(others))
+    torch_runs = [Measurement(q, truth(q)) for q in (query(r, t, a) for r, t, a in [(1, 1, 1), (2, 1, 1),
+                  (1, 2, 1), (1, 1, 4), (2, 1, 4), (1, 2, 4), (1, 1, 8)])]  # fmt: skip
+    entry = cpu_step.to_document(fit_cpu_step(torch_runs))["models"]["texttransformer"]
+    assert "c_zero" not in entry and set(entry) >= {"c_micro", "c_sample", "theta", "c_sync", "c_share"}

@@ -9,6 +9,7 @@ machine's cores are shared with other work, so throughput ratios are not asserte
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import os
 import sys
@@ -279,3 +280,40 @@ def test_a_real_example_is_profiled(tmp_path, capsys):
     entry = json.loads(out.read_text())["models"]["text-transformer"]
     assert entry["task"] == "language" and entry["batch_size"] == 16
     assert entry["optimistic"]["cpu_samples_per_s"]["1"] > 0
+
+
+@pytest.mark.jobs
+def test_the_deepspeed_defaults_of_the_text_example_are_measured_and_fitted(tmp_path, capsys):
+    # Not imported here: DeepSpeed's accelerator warning would go to this process's stdout.
+    if importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("DeepSpeed is not installed (extra 'deepspeed')")
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("the DeepSpeed defaults need 2 CPUs")
+    out = tmp_path / "ds.json"
+    fast = ["--run-s", "1", "--heartbeat-s", "0.25"]
+    code = profile(
+        "--example", "text-transformer", "--framework", "deepspeed", "--local", "--cpus", "2", *fast,
+        "--plans", "auto", "--model-shape", "0.43776,64,128,2", "--out", str(out), "--json",
+    )  # fmt: skip
+    assert code == 0
+    printed = capsys.readouterr().out  # the summary (indented JSON) is the last thing printed
+    summary = json.loads(printed[printed.index("{\n") :])
+    assert summary["plan_samples"] == 7
+    with (tmp_path / "ds.samples.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    plans = {
+        (r["gpus"], r["cpus_per_gpu"], r["zero_stage"], r["offload_optimizer"], r["grad_accum"]) for r in rows
+    }
+    assert plans == {("1", "1", "0", "0", "1"), ("2", "1", "0", "0", "4"), ("1", "1", "2", "0", "1"),
+                     ("2", "1", "2", "0", "1"), ("1", "1", "2", "1", "4"), ("1", "2", "2", "1", "1"),
+                     ("2", "1", "2", "1", "1")}  # fmt: skip
+    # Each sample ran under DeepSpeed, on the threads its label says (the run's heartbeats).
+    runs = sorted((tmp_path / "ds.json.runs").glob("plan-*"))
+    assert len(runs) == 7
+    for run in runs:
+        assert " ranks, deepspeed, " in (run / "output.log").read_text(), run.name  # mosaic-run's start line
+        beats = [json.loads(line) for line in (run / "heartbeat.jsonl").read_text().splitlines()]
+        threads = {b["threads"] for b in beats if b["event"] == "heartbeat"}
+        assert threads == {int(run.name.split("t")[1].split("_")[0])}, run.name
+    entry = json.loads((tmp_path / "ds.cpu-step.json").read_text())["models"]["texttransformer"]
+    assert entry["samples"] == 7 and "c_zero" in entry

@@ -15,9 +15,9 @@ thread 36.9 at accumulation 1 and 62.1 at 16; one rank of two threads 24.1 and 6
   ranks on two cores).
 
 So, per configuration (``d`` data-parallel ranks, ``r`` of them on a node, ``t`` threads each,
-``a`` accumulation steps, micro-batch ``m = B/(d·a)``, ``z`` 1 under a ZeRO stage, else 0)::
+``a`` accumulation steps, micro-batch ``m = B/(d·a)``), without ZeRO::
 
-    T = a · (c_micro · (1 + c_share · (r - 1)) + z · c_zero + c_sample · m / t^theta) + [d > 1] · c_sync
+    T = a · (c_micro · (1 + c_share · (r - 1)) + c_sample · m / t^theta) + [d > 1] · c_sync
 
 Rubick's terms, re-read for a CPU rank: ``c_sample`` is T_fwd + T_bwd per sample on one
 thread; ``c_sync`` the gradient all-reduce, once per iteration; ``theta`` how far threads are
@@ -31,12 +31,26 @@ without: 6.3 %). Five parameters per model, fitted like Rubick's seven by minimi
 ranks, threads and accumulation (:func:`profiles.profiler.runs.default_plan_samples`). Only
 data parallelism is modelled (the profiler samples no TP/PP).
 
-``c_zero``, a sixth parameter, is what a DeepSpeed ZeRO engine adds to every micro-step: its
-gradient hooks copy each gradient into a reduce bucket and partition it (on CPU ranks the
-optimizer's offload is a copy within host memory, too small to tell apart: ZeRO-2 and
-ZeRO-Offload steps measured within 2 % of each other). It is fitted only where some sampled
-run has a ZeRO stage (the DeepSpeed defaults), and is 0, and left out of the document,
-otherwise, so a torch job's fit and document are those of the five parameters.
+``c_zero``, a sixth parameter, is what a DeepSpeed ZeRO engine adds, and where it is paid
+follows how the stages treat gradients (Rajbhandari et al., ZeRO, §5; DeepSpeed's
+``stage_1_and_2.py``). ZeRO-2 and -3 partition the gradients: a hook copies each gradient into
+a reduce bucket at every backward, so ``c_zero`` is paid at every micro-step. ZeRO-1 keeps
+whole gradients, accumulates them as plain data parallelism does and reduces them at the
+accumulation boundary, so its ``c_zero`` is paid once per iteration. With ``P = c_micro ·
+(1 + c_share · (r - 1)) + c_sample · m / t^theta`` (a micro-step without ZeRO)::
+
+    ZeRO-2/3:  T = a · (P + c_zero) + [d > 1] · c_sync
+    ZeRO-1:    T = a · P + c_zero + [d > 1] · c_sync
+
+ZeRO-2 also reduce-scatters at every micro-step, but paying ``c_sync`` per micro-step (it is
+fitted from a data-parallel run's one all-reduce per iteration) put two ranks with
+accumulation 27-30 % too slow on measured runs, so the sync stays once per iteration. On CPU
+ranks the optimizer's offload is a copy within host memory, too small to tell apart (ZeRO-2
+and ZeRO-Offload steps measured within 2 % of each other), so offload is ZeRO-2 here.
+``c_zero`` is fitted only where some sampled run has a ZeRO stage (the DeepSpeed defaults), and
+is 0, and left out of the document, otherwise, so a torch job's fit and document are those of
+the five parameters. How this form was chosen, and its errors before and after, are in
+BENCHMARKS.md ("Profiler", DeepSpeed).
 """
 
 from __future__ import annotations
@@ -91,16 +105,19 @@ def _columns(queries: Sequence[Query]) -> dict[str, np.ndarray]:
         "m": np.array([q.global_batch for q in queries], dtype=np.float64) / (d * a),
         "t": np.array([q.cpus_per_gpu or 1.0 for q in queries], dtype=np.float64),
         "r": np.array([q.gpus_per_node for q in queries], dtype=np.float64),
-        "z": np.array([1.0 if q.plan.zero_stage else 0.0 for q in queries], dtype=np.float64),
+        # ZeRO-2/3: partitioned gradients, reduced at every micro-step; ZeRO-1: once per iteration.
+        "z_micro": np.array([1.0 if q.plan.zero_stage >= 2 else 0.0 for q in queries], dtype=np.float64),
+        "z_iter": np.array([1.0 if q.plan.zero_stage == 1 else 0.0 for q in queries], dtype=np.float64),
     }
 
 
 def _times(p: Sequence[float], c: Mapping[str, np.ndarray]) -> np.ndarray:
     c_micro, c_sample, theta, c_sync, c_share, c_zero = p
+    a, z_micro = c["a"], c["z_micro"]
     per_micro = (
-        c_micro * (1.0 + c_share * (c["r"] - 1.0)) + c_zero * c["z"] + c_sample * c["m"] / c["t"] ** theta
+        c_micro * (1.0 + c_share * (c["r"] - 1.0)) + c_zero * z_micro + c_sample * c["m"] / c["t"] ** theta
     )
-    result: np.ndarray = c["a"] * per_micro + np.where(c["d"] > 1, c_sync, 0.0)
+    result: np.ndarray = a * per_micro + c_zero * c["z_iter"] + np.where(c["d"] > 1, c_sync, 0.0)
     return result
 
 

@@ -95,6 +95,15 @@ def test_a_zero_engines_cost_is_fitted_from_the_deepspeed_defaults_and_only_ther
     def ds_query(ranks, threads, plan, batch=16):
         return make_query(SHAPE, ranks, batch, plan, cpus_per_gpu=threads)
 
+    # By hand, 2 ranks, accumulation 4, batch 16 (micro-batch 2): ZeRO-2 pays its engine cost at
+    # every micro-step (partitioned gradients); ZeRO-1 once per iteration (whole gradients).
+    t = zero_truth
+    micro = t.c_micro * (1 + t.c_share) + t.c_sample * 2
+    zero2 = model.predict_many([ds_query(2, 1, ExecPlan(zero_stage=2, grad_accum=4))])[0]
+    assert zero2 == pytest.approx(4 * (micro + t.c_zero) + t.c_sync)
+    zero1 = model.predict_many([ds_query(2, 1, ExecPlan(zero_stage=1, grad_accum=4))])[0]
+    assert zero1 == pytest.approx(4 * micro + t.c_zero + t.c_sync)
+
     samples = default_plan_samples(2, offload=True)
     assert sum(s.plan.offload_optimizer for s in samples) == 3 and {s.plan.grad_accum for s in samples} > {4}
     measured = [

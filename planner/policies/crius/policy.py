@@ -40,7 +40,10 @@ not decided again; a job that waited finds the same idle GPUs plus those of the 
 started after it (the same capacity it saw), and the same running jobs to scale, since jobs
 started while it waits touch no running job and nothing grows while a job waits; growth
 stops where no step gains, and a running job's change pays a restart that a job placed
-within the round did not.
+within the round did not. The search is greedy, though, so where it leaves a job waiting it
+may find room from the applied state that it missed from this round's start; the stage
+therefore *settles*: while a job it decides waits, it plans again from its own result
+applied, until that changes nothing (at most ``_SETTLE_PASSES`` more passes).
 """
 
 from __future__ import annotations
@@ -213,6 +216,27 @@ class CriusAllocation:
 
     def reconfigure(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft:
         snapshot = self.demand(snapshot)
+        result = self._round(snapshot, ordered, draft)
+        # Settle: while a job this stage decides is left waiting, plan the round again from
+        # its own result applied (what the next round will see) and take that when it
+        # differs. The depth-bounded search is greedy, so its result depends on the state it
+        # starts from: from the applied result (jobs placed this round now running, a change
+        # to them priced with a restart) it may find room it missed, and the next round would
+        # then start the job, a round late and with real restarts for the jobs it moves. A
+        # job started here and changed by a later pass pays nothing: it has not run yet.
+        for _ in range(_SETTLE_PASSES):
+            if not any(o is Outcome.NO_CAPACITY for o in result.outcomes.values()):
+                break
+            applied = _applied(snapshot, result.assignments)
+            by_id = {j.id: j for j in applied.jobs}
+            again = self._round(applied, [by_id[j.id] for j in ordered], result)
+            if again.assignments == result.assignments:
+                break
+            result = _rebased(snapshot, again)
+        return result
+
+    def _round(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft:
+        """One pass of the stage (the module docstring's steps) on the demanded snapshot."""
         jobs = {j.id: j for j in snapshot.jobs}
         pricing = self.pricing(snapshot)
         # Priced elastic jobs, and priced rigid jobs the placement left waiting (the search
@@ -424,6 +448,34 @@ class CriusAllocation:
         a = Assignment(gpus, 0, 0.0, plan)
         cpus, mem_gb = proportional_share(snapshot.nodes_by_name, a)
         return Assignment(gpus, max(1, cpus), mem_gb, plan)
+
+
+_SETTLE_PASSES = 4  # each pass is a whole round of this stage; in practice one or two suffice
+
+
+def _applied(snapshot: Snapshot, assignments: Mapping[str, Assignment]) -> Snapshot:
+    """``snapshot`` as the next round sees it once ``assignments`` ran: the jobs assigned are
+    running there, every other job waits."""
+    jobs = tuple(
+        replace(j, state=JobState.RUNNING, assignment=assignments[j.id])
+        if j.id in assignments
+        else replace(j, state=JobState.PENDING, assignment=None)
+        if j.is_running
+        else j
+        for j in snapshot.jobs
+    )
+    return replace(snapshot, jobs=jobs)
+
+
+def _rebased(snapshot: Snapshot, draft: Draft) -> Draft:
+    """A later pass's ``draft`` with its outcomes relative to ``snapshot`` (the round's real
+    start): a job that was not running there and now runs is placed, whichever pass started
+    it."""
+    outcomes = dict(draft.outcomes)
+    for job in snapshot.jobs:
+        if job.id in draft.assignments and not job.is_running:
+            outcomes[job.id] = Outcome.PLACED
+    return Draft(draft.assignments, outcomes)
 
 
 def _rescaled(job: Job, gpus: int) -> dict[str, Any] | None:

@@ -91,12 +91,23 @@ CREATE TABLE IF NOT EXISTS observations (   -- measured throughput of running jo
     PRIMARY KEY (job_id, plan_version)  -- one point per run, updated while it runs
 );
 CREATE INDEX IF NOT EXISTS observations_by_point ON observations (model, shape, cpus_per_gpu, time_s);
+CREATE INDEX IF NOT EXISTS jobs_by_finish ON jobs (finished_s);   -- Store.prune_history
 """
 
 
 ALREADY_RUNNING = "(already running as planned)"
 """The end of an applied start's detail when Slurm already ran the job as planned: the start
 made no new run (``mosaic report`` does not give it one)."""
+
+
+@dataclass(frozen=True)
+class HistoryPruned:
+    """What :meth:`Store.prune_history` deleted, per table."""
+
+    jobs: int
+    rounds: int
+    actions: int
+    ticks: int
 
 
 class StoreError(MosaicError):
@@ -453,6 +464,72 @@ class Store:
             self._compacted_upto = int(rows[-1][0])
         return done
 
+    # -- history ----------------------------------------------------------------------
+
+    def prune_history(self, before_s: float, batch: int = 2000) -> HistoryPruned:
+        """Delete what ended before ``before_s``: the records of jobs that finished then, and
+        the rounds, actions and successful ticks of that time (``history_days``; a site's
+        retention, as slurmdbd's ``Purge*After``). Without it the store grows by a row per job,
+        per action and per tick for as long as the controller runs.
+
+        The newest round and every round still being applied stay, with their actions (a
+        restarted controller completes such a round from them). Rounds, actions and ticks are
+        walked from the oldest row and the walk stops at the first one from ``before_s`` on,
+        so a prune that finds nothing reads a row per table; finished jobs are found through
+        their index. Each batch is one transaction: a crash leaves the store consistent,
+        with less pruned."""
+        row = self.db.execute(
+            "SELECT MIN(round_id) FROM rounds WHERE status = 'applying' "
+            "UNION ALL SELECT MAX(round_id) FROM rounds"
+        ).fetchall()
+        bounds = [int(r[0]) for r in row if r[0] is not None]
+        round_below = min(bounds) if bounds else 0  # rounds from this id on are kept
+        rounds = self._prune_prefix(
+            "rounds", "round_id", "time_s < ? AND round_id < ?", (before_s, round_below), batch
+        )
+        actions = self._prune_prefix(
+            "actions", "rowid", "time_s < ? AND round_id < ?", (before_s, round_below), batch
+        )
+        ticks = self._prune_prefix("ticks", "tick_id", "time_s < ?", (before_s,), batch, keep="ok = 0")
+        jobs = 0
+        while True:
+            with self.db:
+                cur = self.db.execute(
+                    "DELETE FROM jobs WHERE job_id IN (SELECT job_id FROM jobs WHERE finished_s < ? LIMIT ?)",
+                    (before_s, batch),
+                )
+            jobs += max(cur.rowcount, 0)
+            if cur.rowcount < batch:
+                break
+        return HistoryPruned(jobs, rounds, actions, ticks)
+
+    def _prune_prefix(
+        self, table: str, key: str, old: str, args: tuple[Any, ...], batch: int, keep: str = "0"
+    ) -> int:
+        """Delete the rows of ``table`` matching ``old`` from its oldest (``key`` order) up to
+        the first that does not match, except those matching ``keep``."""
+        deleted, after = 0, None
+        while True:
+            where, bind = ("", ()) if after is None else (f"WHERE {key} > ? ", (after,))
+            rows = self.db.execute(
+                f"SELECT {key}, ({old}) FROM {table} {where}ORDER BY {key} LIMIT ?", (*args, *bind, batch)
+            ).fetchall()
+            old_keys = []
+            for k, is_old in rows:
+                if not is_old:
+                    break
+                old_keys.append(k)
+            if old_keys:
+                with self.db:
+                    cur = self.db.execute(
+                        f"DELETE FROM {table} WHERE {key} >= ? AND {key} <= ? AND NOT ({keep})",
+                        (old_keys[0], old_keys[-1]),
+                    )
+                deleted += max(cur.rowcount, 0)
+            if len(old_keys) < batch:
+                return deleted
+            after = old_keys[-1]
+
     # -- actions ----------------------------------------------------------------------
 
     def log_action(
@@ -582,7 +659,13 @@ class Store:
             )
 
     def tick_counts(self) -> tuple[int, int]:
-        row = self.db.execute("SELECT COUNT(*), COALESCE(SUM(1 - ok), 0) FROM ticks").fetchone()
+        """Ticks since the store was created, and how many failed. ``prune_history`` keeps
+        failed ticks and the table's AUTOINCREMENT counter remembers the pruned ones, so both
+        only grow (Prometheus counters)."""
+        row = self.db.execute(
+            "SELECT (SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence WHERE name = 'ticks'), "
+            "(SELECT COUNT(*) FROM ticks WHERE ok = 0)"
+        ).fetchone()
         return int(row[0]), int(row[1])
 
 

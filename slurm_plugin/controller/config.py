@@ -10,6 +10,7 @@
     max_restarts_per_hour = 6       # a job is stopped at most this often (rate limit)
     spool_keep_s = 86400            # an ended job's plan file and status stay this long
     round_plans_kept = 288          # rounds whose whole plan the store keeps (older: compacted)
+    history_days = 90               # the store forgets ended jobs, rounds, actions older (0: never)
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class ControllerConfig:
     metrics_file: str | None = "metrics.prom"
     spool_keep_s: float = 86400.0  # after Slurm stops listing a job (slurm_plugin/controller/spoolsweep.py)
     round_plans_kept: int = 288  # a day of 5-minute rounds (Store.compact_rounds)
+    history_days: float = 90.0  # Store.prune_history; 0 keeps everything
 
     @property
     def store_path(self) -> Path:
@@ -75,6 +77,7 @@ _KINDS: dict[str, str] = {
     "metrics_file": "str",
     "spool_keep_s": "non-negative",
     "round_plans_kept": "count",
+    "history_days": "non-negative",
 }
 
 

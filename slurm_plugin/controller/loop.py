@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import astuple, dataclass, field, replace
 from typing import Any
 
 from planner.codec import assignment_from_json, round_plan_to_json
@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 # How long a tick waits for a round another process is applying (``mosaic resize``, whose
 # start verification alone takes up to a few seconds) before it skips this round.
 TICK_LOCK_WAIT_S = 30.0
+PRUNE_EVERY_S = 3600.0
+"""How often (seconds of controller time) the store's history is pruned (``history_days``);
+the first tick of a process always does (``mosaic controller --once`` from cron)."""
 
 
 @dataclass
@@ -209,6 +212,7 @@ class Controller:
         self.actuator = actuator or Actuator(client, store, config, clock=clock, sleep=sleep)
         self.sweeper = SpoolSweeper(config.spool_dir, config.spool_keep_s)
         self._round_in_progress: int | None = None
+        self._pruned_at: float | None = None  # when this process last pruned the store's history
 
     def observe(self) -> Observation:
         return self.observer.observe()
@@ -221,7 +225,7 @@ class Controller:
             with round_lock(self.config.spool_dir, TICK_LOCK_WAIT_S):
                 report = self._tick(now, dry_run)
                 if not dry_run:
-                    self._tidy()
+                    self._tidy(now)
         except RoundBusy as e:
             log.warning("tick at %.0f skipped: %s", now, e)
             report = TickReport(now, ok=False, error=str(e))
@@ -305,10 +309,11 @@ class Controller:
         _log_actions(report.round_id, actions)
         return report
 
-    def _tidy(self) -> None:
+    def _tidy(self, now: float) -> None:
         """Keep the spool from growing with every job and round: remove what ended jobs left
-        (:mod:`.spoolsweep`) and compact old round plans (:meth:`Store.compact_rounds`).
-        Neither fails a tick."""
+        (:mod:`.spoolsweep`), compact old round plans (:meth:`Store.compact_rounds`) and,
+        once an hour, forget what ended more than ``history_days`` ago
+        (:meth:`Store.prune_history`). None of them fails a tick."""
         if self.observer.listed_at is not None:
             try:
                 listed = (sj.id for sj in self.observer.listed)  # read only when a sweep is due
@@ -319,6 +324,16 @@ class Controller:
             self.store.compact_rounds(self.config.round_plans_kept)
         except StoreError as e:
             log.warning("old round plans not compacted: %s", e)
+        days = self.config.history_days
+        if days > 0 and (self._pruned_at is None or not 0 <= now - self._pruned_at < PRUNE_EVERY_S):
+            try:
+                pruned = self.store.prune_history(now - days * 86400.0)
+            except StoreError as e:
+                log.warning("history older than %g days not pruned: %s", days, e)
+            else:
+                self._pruned_at = now
+                if any(astuple(pruned)):
+                    log.info("state store: forgot what ended over %g days ago: %s", days, pruned)
 
     def _scheduler_for(self, obs: Observation) -> Scheduler:
         """The scheduler for this round: on profiles refined by what running jobs report

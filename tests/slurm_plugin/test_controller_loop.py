@@ -398,6 +398,29 @@ def test_the_restart_rate_limit_counts_only_this_jobs_stops(setup):
     assert store.stops_since("2", 0.0) == 1
 
 
+def test_the_first_tick_and_then_one_an_hour_forget_what_ended_history_days_ago(setup):
+    config, slurm, store = setup
+    config = replace(config, history_days=1.0)
+    clock = SteppedClock(1e9)
+    controller = Controller(slurm, store, config, build_scheduler(preset("las")), clock=clock, sleep=no_wait)
+    day = 86400.0
+    store.add_job("old", 1, {}, now=1e9 - 3 * day)
+    store.mark_finished(["old"], 1e9 - 2 * day)
+    assert controller.tick().ok and store.job("old") is None  # the first tick of a process prunes
+    store.add_job("older", 1, {}, now=1e9 - 3 * day)
+    store.mark_finished(["older"], 1e9 - 2 * day)
+    clock.now += 600.0
+    assert controller.tick().ok and store.job("older") is not None  # not again within the hour
+    clock.now += 3000.0
+    assert controller.tick().ok and store.job("older") is None
+    kept = Controller(slurm, store, replace(config, history_days=0.0), controller.scheduler, clock=clock)
+    store.add_job("kept", 1, {}, now=1.0)
+    store.mark_finished(["kept"], 2.0)
+    assert kept.tick().ok and store.job("kept") is not None  # 0: history is never pruned
+    with pytest.raises(ConfigError, match="history_days"):
+        controller_config({"history_days": -1})
+
+
 def test_a_tick_compacts_the_plans_of_all_but_the_newest_rounds(setup):
     config, slurm, store = setup
     config = replace(config, round_plans_kept=2)

@@ -204,3 +204,48 @@ def test_a_plan_that_is_not_a_json_object_is_left_as_it_is(tmp_path):
     assert store.compact_rounds(keep=1) == 1  # round 3 only
     texts = [r[0] for r in store.db.execute("SELECT plan FROM rounds ORDER BY round_id")]
     assert texts[:2] == ["[1, 2]", "not json"] and texts[2].startswith('{"compacted": true')
+
+
+def _history(store: Store) -> None:
+    """Jobs, rounds, actions and ticks at t = 10..60; round 3 (t=30) was left applying."""
+    for k, (first, finished) in enumerate([(5.0, 15.0), (5.0, None), (25.0, 45.0), (50.0, 55.0)], 1):
+        store.add_job(str(k), 1, {}, now=first)
+        if finished is not None:
+            store.mark_finished([str(k)], finished)
+    for t in (10.0, 20.0, 30.0, 40.0, 50.0, 60.0):
+        round_id = store.begin_round(t, {"assignments": {}})
+        store.log_action(f"r{round_id}-start-1", round_id, "1", "start", "done", "", t)
+        if t != 30.0:
+            store.finish_round(round_id, 1)
+        store.log_tick(t, ok=t != 20.0, round_id=round_id, error=None, duration_s=1.0)
+
+
+def test_history_before_the_cutoff_is_forgotten_but_an_applying_round_stays(tmp_path):
+    store = Store(tmp_path / "m.db")
+    _history(store)
+    pruned = store.prune_history(before_s=50.0, batch=2)
+    # Rounds 1 and 2 (t=10, 20) go; round 3 was left applying, so it and everything after stay.
+    assert [r.round_id for r in store.rounds(10)] == [6, 5, 4, 3]
+    assert store.unfinished_round() is not None and store.unfinished_round().round_id == 3
+    assert sorted(a[1] for a in store.actions()) == [3, 4, 5, 6]
+    # Ticks before t=50 go except the failed one (t=20); the counters only grow.
+    assert store.tick_counts() == (6, 1)
+    remaining_ticks = [r[0] for r in store.db.execute("SELECT time_s FROM ticks ORDER BY tick_id")]
+    assert remaining_ticks == [20.0, 50.0, 60.0]
+    # Jobs 1 (finished at 15) and 3 (at 45) go; job 2 never finished, job 4 finished at 55.
+    assert sorted(store.jobs()) == ["2", "4"]
+    assert (pruned.jobs, pruned.rounds, pruned.actions, pruned.ticks) == (2, 2, 2, 3)
+    assert store.prune_history(before_s=50.0) == type(pruned)(0, 0, 0, 0)  # nothing left to forget
+
+
+def test_once_the_applying_round_is_done_its_time_is_forgotten_too(tmp_path):
+    store = Store(tmp_path / "m.db")
+    _history(store)
+    store.finish_round(3, 1)
+    store.prune_history(before_s=1e9, batch=3)
+    # Everything ended; the newest round stays (with its action), and the failed tick.
+    assert [r.round_id for r in store.rounds(10)] == [6] and [a[1] for a in store.actions()] == [6]
+    assert sorted(store.jobs()) == ["2"] and store.tick_counts() == (6, 1)
+    store.close()
+    again = Store(tmp_path / "m.db")  # the counters survive a reopen
+    assert again.tick_counts() == (6, 1) and again.last_round().round_id == 6

@@ -127,22 +127,20 @@ def test_replanning_an_applied_plan_changes_nothing(snapshot, name):
     assert second.preempted == second.migrated == second.started == second.reshaped == ()
 
 
-@pytest.mark.xfail(
-    strict=True, reason="open: Synergy re-places a job off a GPU type only another job accepts"
-)
+@pytest.mark.parametrize("name", ["synergy-opt", "synergy-tune", "synergy-greedy"])
 @pytest.mark.parametrize("a100_mem_gb", [8.0, 62.5])
-def test_synergy_opt_replans_an_applied_round_over_two_gpu_types_to_itself(a100_mem_gb):
+def test_synergy_replans_an_applied_round_over_two_gpu_types_to_itself(a100_mem_gb, name):
     # Found by --hypothesis-seed=12 (test_replanning_an_applied_plan_changes_nothing). The
     # consolidated placement drafts job 0 (any type) on the only A100 and job 1 (A100 only)
     # waits; Synergy-Opt then moves job 0 to a V100 (its second LP's vertex; with the A100's
     # memory, Tune's rules after an infeasible LP), so the A100 stays free and the next round
-    # starts job 1 there. Fixing it in the LP alone (prefer the drafted server) covers only the
-    # first case; the placement choosing the type fewer waiting jobs need would cover both, but
-    # changes every preset's placement on clusters of several GPU types.
+    # starts job 1 there (Tune's rules, best fit, did the same; --hypothesis-seed=31). Synergy
+    # now keeps each job on the GPU type the placement drafted it on (it knows nothing of
+    # types), in its LP and in Tune's rules alike.
     nodes = (*(Node(f"n{k}", 1, "v100", 1, 8.0) for k in range(3)), Node("n3", 1, "a100", 1, a100_mem_gb))
     jobs = (Job("0", 1, "resnet50", 0.0), Job("1", 1, "resnet50", 0.0, gpu_type="a100"))
     snapshot = Snapshot(1000.0, nodes, jobs)
-    sched = scheduler("synergy-opt")
+    sched = scheduler(name)
     first = plan_round(snapshot, sched)
     assert plan_round(_next_round(snapshot, first), sched).assignments == first.assignments
 

@@ -163,9 +163,23 @@ ShareRule = Callable[["Round", Demand, Counts], PerGpu]  # the share a job asks 
 
 
 def candidates(rnd: Round, d: Demand) -> list[Counts]:
-    """Node sets ``d``'s GPUs may take: its kept GPUs' nodes, or any that have room."""
+    """Node sets ``d``'s GPUs may take: its kept GPUs' nodes, or any of its drafted GPU type
+    that have room (:func:`drafted_type`)."""
     fixed = rnd.pool.reserved_counts(d.job.id)
-    return [fixed] if fixed is not None else rnd.pool.node_sets(d.job)
+    return [fixed] if fixed is not None else rnd.pool.node_sets(d.job, drafted_type(rnd, d))
+
+
+def drafted_type(rnd: Round, d: Demand) -> str | None:
+    """The GPU type the placement gave ``d`` (``None``: none given, or one type in the cluster).
+
+    Synergy re-packs the runnable set along CPUs and memory (§4); it knows nothing of GPU
+    types (its cluster is all V100s), so it keeps each job on the type the placement chose
+    for it. Moving a job that accepts any type onto another one could also leave idle the
+    only GPUs of a type a waiting job needs: that job would start in the next round, which
+    re-planning the applied round must not do."""
+    if len(rnd.pool.gpu_types) < 2 or not d.base.gpus:
+        return None
+    return rnd.pool.by_name[d.base.gpus[0][0]].gpu_type
 
 
 def place_at(rnd: Round, d: Demand, rule: ShareRule, pick: str = "best") -> tuple[Counts, PerGpu] | None:

@@ -24,7 +24,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from scipy.sparse import coo_matrix
 
-from planner.policies.synergy.base import Demand, Round, SynergyShaping, commit
+from planner.policies.synergy.base import Demand, Round, SynergyShaping, commit, drafted_type
 from planner.policies.synergy.demand import PerGpu, proportional_per_gpu
 from planner.policies.synergy.pool import Counts
 from planner.policies.synergy.tune import TuneShaping
@@ -151,8 +151,9 @@ def spread_over_servers(rnd: Round, demands: list[Demand], chosen: dict[str, Per
     servers = [n for n in pool.nodes if pool.free_gpus[n.name]]
     var: list[tuple[int, int]] = []  # (server, job)
     for j, d in enumerate(demands):
+        drafted = drafted_type(rnd, d)
         for i, n in enumerate(servers):
-            if d.job.accepts_type(n.gpu_type):
+            if d.job.accepts_type(n.gpu_type) and drafted in (None, n.gpu_type):
                 var.append((i, j))
     if not var:
         return {}

@@ -39,6 +39,7 @@ class Pool:
         self.nodes = list(nodes)
         self.by_name = {n.name: n for n in self.nodes}
         self.order = {n.name: i for i, n in enumerate(self.nodes)}
+        self.gpu_types = frozenset(n.gpu_type for n in self.nodes)
         self.free_gpus: dict[str, set[int]] = {n.name: set(range(n.gpus)) for n in self.nodes}
         self.free_cpus: dict[str, int] = {n.name: n.cpus for n in self.nodes}
         self.free_mem: dict[str, float] = {n.name: n.mem_gb for n in self.nodes}
@@ -72,11 +73,16 @@ class Pool:
             return None
         return _counts(slots, self.order)
 
-    def node_sets(self, job: Job) -> list[Counts]:
-        """Where ``job``'s GPUs could go: one server if they fit one, else the fewest servers."""
-        eligible = [n for n in self.nodes if job.accepts_type(n.gpu_type) and self.free_gpus[n.name]]
+    def node_sets(self, job: Job, gpu_type: str | None = None) -> list[Counts]:
+        """Where ``job``'s GPUs could go: one server if they fit one, else the fewest servers
+        (of ``gpu_type`` only, when given)."""
+
+        def accepts(t: str) -> bool:
+            return job.accepts_type(t) and (gpu_type is None or t == gpu_type)
+
+        eligible = [n for n in self.nodes if accepts(n.gpu_type) and self.free_gpus[n.name]]
         g = job.num_gpus
-        largest = max((n.gpus for n in self.by_name.values() if job.accepts_type(n.gpu_type)), default=0)
+        largest = max((n.gpus for n in self.by_name.values() if accepts(n.gpu_type)), default=0)
         if g <= largest:
             return [((n.name, g),) for n in eligible if len(self.free_gpus[n.name]) >= g]
         by_free = sorted(eligible, key=lambda n: (-len(self.free_gpus[n.name]), self.order[n.name]))

@@ -84,6 +84,7 @@ class Round:
     demands: list[Demand]  # in the draft's priority order
     pool: Pool
     skipped: dict[str, Outcome] = field(default_factory=dict)
+    keep_types: bool = True  # jobs stay on their drafted GPU type (drafted_type)
 
     def prop(self, counts: Counts) -> PerGpu:
         return proportional_per_gpu([self.pool.by_name[n] for n, _ in counts])
@@ -142,7 +143,7 @@ class SynergyShaping:
                 matrix = self.profiles.resolve(job.model).sensitivity
                 best = None if matrix is None else best_case_per_gpu(matrix, self.tolerance)
                 demands.append(Demand(job, Assignment((), 0, 0.0, job.plan), False, matrix, best))
-        return Round(snapshot, demands, pool)
+        return Round(snapshot, demands, pool, keep_types=not self.beyond_runnable_set)
 
     @staticmethod
     def _draft(rnd: Round, draft: Draft) -> Draft:
@@ -170,14 +171,17 @@ def candidates(rnd: Round, d: Demand) -> list[Counts]:
 
 
 def drafted_type(rnd: Round, d: Demand) -> str | None:
-    """The GPU type the placement gave ``d`` (``None``: none given, or one type in the cluster).
+    """The GPU type the placement gave ``d`` (``None``: none given, one type in the cluster,
+    or a static-demand mechanism).
 
-    Synergy re-packs the runnable set along CPUs and memory (§4); it knows nothing of GPU
-    types (its cluster is all V100s), so it keeps each job on the type the placement chose
-    for it. Moving a job that accepts any type onto another one could also leave idle the
-    only GPUs of a type a waiting job needs: that job would start in the next round, which
-    re-planning the applied round must not do."""
-    if len(rnd.pool.gpu_types) < 2 or not d.base.gpus:
+    Tune and Opt re-pack the runnable set along CPUs and memory (§4); they know nothing of GPU
+    types (Synergy's cluster is all V100s), so they keep each job on the type the placement
+    chose for it. Moving a job that accepts any type onto another one could also leave idle
+    the only GPUs of a type a waiting job needs: that job would start in the next round, which
+    re-planning the applied round must not do. The static-demand mechanisms (greedy, DRF,
+    Tetris) go beyond the runnable set (a job that does not fit gives way to the next), so
+    where a job fits is theirs to find on any type it accepts."""
+    if not rnd.keep_types or len(rnd.pool.gpu_types) < 2 or not d.base.gpus:
         return None
     return rnd.pool.by_name[d.base.gpus[0][0]].gpu_type
 

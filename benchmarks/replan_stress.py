@@ -7,7 +7,7 @@ few dozen hypothesis draws per CI run. This runs it for each preset alone with `
 draws from a fixed ``--seed`` and records, per preset, whether it held, after how many draws
 it first failed, and the shrunk counterexample's cluster and jobs.
 
-    .venv/bin/python -m benchmarks.replan_stress [--draws 1000] [--seed 5] [--presets a,b]
+    .venv/bin/python -m benchmarks.replan_stress [--draws 1000] [--seed 5] [--presets a,b] [--name N]
 """
 
 from __future__ import annotations
@@ -86,6 +86,7 @@ def main() -> None:
     p.add_argument("--draws", type=int, default=1000)
     p.add_argument("--seed", type=int, default=5)
     p.add_argument("--presets", default=",".join(props.PRESET_NAMES))
+    p.add_argument("--name", default="replan_stress", help="result file name")
     args = p.parse_args()
     rows = []
     for name in args.presets.split(","):
@@ -99,7 +100,7 @@ def main() -> None:
     command = f"python -m benchmarks.replan_stress --draws {args.draws} --seed {args.seed}"
     if args.presets != ",".join(props.PRESET_NAMES):
         command += f" --presets {args.presets}"
-    write_result("replan_stress", {"command": command, "rows": rows})
+    write_result(args.name, {"command": command, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -111,7 +111,9 @@ def _entries(spool: Path) -> dict[str, _JobEntries]:
                     job.status = job.status or is_dir
                     name = entry.name
                     if sub == PLANS_DIR and name.startswith(".") and not name.endswith(".lock"):
-                        job.temporary = [*(job.temporary or ()), name]
+                        if job.temporary is None:
+                            job.temporary = []
+                        job.temporary.append(name)
         except FileNotFoundError:
             continue
     return found

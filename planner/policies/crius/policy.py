@@ -42,7 +42,7 @@ started while it waits touch no running job and nothing grows while a job waits;
 stops where no step gains, and a running job's change pays a restart that a job placed
 within the round did not. The search is greedy, though, so where it leaves a job waiting it
 may find room from the applied state that it missed from this round's start; the stage
-therefore *settles*: while a job it decides waits, it plans again from its own result
+therefore *settles*: while a job waits for capacity, it plans again from its own result
 applied, until that changes nothing (at most ``_SETTLE_PASSES`` more passes).
 """
 
@@ -217,13 +217,15 @@ class CriusAllocation:
     def reconfigure(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft:
         snapshot = self.demand(snapshot)
         result = self._round(snapshot, ordered, draft)
-        # Settle: while a job this stage decides is left waiting, plan the round again from
-        # its own result applied (what the next round will see) and take that when it
-        # differs. The depth-bounded search is greedy, so its result depends on the state it
-        # starts from: from the applied result (jobs placed this round now running, a change
-        # to them priced with a restart) it may find room it missed, and the next round would
-        # then start the job, a round late and with real restarts for the jobs it moves. A
-        # job started here and changed by a later pass pays nothing: it has not run yet.
+        # Settle: while a job is left waiting for capacity (one this stage decides, or one it
+        # leaves to the placement, which its backfill may fit where its changes freed GPUs),
+        # plan the round again from its own result applied (what the next round will see)
+        # and take that when it differs. The depth-bounded search is greedy, so its result
+        # depends on the state it starts from: from the applied result (jobs placed this
+        # round now running, a change to them priced with a restart) it may find room it
+        # missed, and the next round would then start the job, a round late and with real
+        # restarts for the jobs it moves. A job started here and changed by a later pass pays
+        # nothing: it has not run yet.
         for _ in range(_SETTLE_PASSES):
             if not any(o is Outcome.NO_CAPACITY for o in result.outcomes.values()):
                 break

@@ -1,4 +1,7 @@
-"""The tiny model of ``train_torch.py`` trained with DeepSpeed ZeRO on CPU (gloo) under mosaic-run.
+"""The tiny model of ``train_torch.py`` trained with DeepSpeed ZeRO under mosaic-run.
+
+The device is DeepSpeed's accelerator: CUDA where torch sees a GPU (one per local rank, NCCL),
+else the CPU (gloo); ``DS_ACCELERATOR=cpu`` keeps a GPU machine's run on the CPU.
 
     mosaic-run --framework deepspeed --global-batch 16 --workers 2 --plan '{"zero_stage": 1}' \\
         -- python contrib/examples/train_deepspeed.py --steps 50
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import deepspeed
 import torch
+from deepspeed.accelerator import get_accelerator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_torch import EXAMPLES, build_model, dataset, end_of_step
@@ -43,7 +47,8 @@ def main() -> None:
     rt = runtime.current()
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)  # as in train_torch.py: a fixed summation order, no oversubscription
-    deepspeed.init_distributed(dist_backend="gloo")
+    on_gpu = get_accelerator().device_name() == "cuda"
+    deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo")
     train(args, rt)
     # Say the work is done and flushed (a barrier, every rank's done-marker, a barrier):
     # mosaic-run then counts a rank that aborts in gloo's thread destructors at interpreter
@@ -67,14 +72,14 @@ def train(args: argparse.Namespace, rt: runtime.Runtime) -> None:
     micro = engine.train_micro_batch_size_per_gpu()
     accum = engine.gradient_accumulation_steps()
     global_batch = engine.train_batch_size()
-    x, y = dataset(EXAMPLES, args.seed)
+    x, y = (t.to(engine.device) for t in dataset(EXAMPLES, args.seed))
     dp_rank, share = rt.rank, micro * accum
 
     for step in range(start, args.steps):
         base = step * global_batch + dp_rank * share
-        local = torch.zeros(1, dtype=torch.float64)
+        local = torch.zeros(1, dtype=torch.float64, device=engine.device)
         for k in range(accum):
-            index = torch.arange(base + k * micro, base + (k + 1) * micro) % EXAMPLES
+            index = torch.arange(base + k * micro, base + (k + 1) * micro, device=engine.device) % EXAMPLES
             out = engine(x[index])
             loss = ((out - y[index]) ** 2).mean()  # DeepSpeed divides by accum and averages over dp
             engine.backward(loss)
@@ -82,7 +87,7 @@ def train(args: argparse.Namespace, rt: runtime.Runtime) -> None:
             local += loss.detach().double() * micro
         torch.distributed.all_reduce(local)
         mean_loss = local.item() / global_batch
-        end_of_step(args, rt, step + 1, mean_loss, global_batch)
+        end_of_step(args, rt, step + 1, mean_loss, global_batch, torch.device(engine.device))
         stop = rt.should_checkpoint()
         if stop or (args.checkpoint_every and (step + 1) % args.checkpoint_every == 0):
             save_dir, tag = rt.deepspeed_tag(step + 1)

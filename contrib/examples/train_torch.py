@@ -1,4 +1,8 @@
-"""A tiny model trained with DDP or FSDP on CPU (gloo) under mosaic-run, using the runtime API.
+"""A tiny model trained with DDP or FSDP under mosaic-run, using the runtime API.
+
+On CPU the ranks talk over gloo. With ``--device cuda``, or with ``auto`` (the default) where
+torch sees a GPU for every rank of the node, each rank trains on the GPU of its local rank and
+the ranks talk over NCCL (which refuses two ranks on one GPU).
 
     mosaic-run --framework torch --global-batch 16 --workers 2 \\
         -- python contrib/examples/train_torch.py --steps 50
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -51,9 +56,18 @@ def main() -> None:
     parser.add_argument("--loss-log", help="rank 0 appends {step, loss, world_size} per step")
     parser.add_argument("--step-sleep", type=float, default=0.0)
     parser.add_argument("--hang-rank", type=int, default=-1)
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="auto: the GPU of this rank's local rank where there is one per "
+                             "local rank, else the CPU")  # fmt: skip
     args = parser.parse_args()
 
     rt = runtime.current()
+    device = pick_device(args.device, rt.local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    if device.type == "cuda":
+        # cuBLAS is deterministic only with a fixed workspace (required before its first use
+        # once deterministic algorithms are on); one GPU per rank, chosen before NCCL starts.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.cuda.set_device(device)
     torch.manual_seed(args.seed)
     torch.use_deterministic_algorithms(True)
     # One intra-op thread: the model is tiny, ranks share the node's cores, and a fixed thread
@@ -61,9 +75,9 @@ def main() -> None:
     torch.set_num_threads(1)
     distributed = rt.world_size > 1
     if distributed:
-        dist.init_process_group("gloo")
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     assert rt.plan is not None and rt.plan.is_resolved, "run under mosaic-run with a global batch"
-    train(args, rt, distributed)
+    train(args, rt, distributed, device)
     # Say the work is done and flushed (a barrier, every rank's done-marker, a barrier):
     # mosaic-run then counts a rank that aborts in gloo's thread destructors at interpreter
     # exit ("terminate called without an active exception", SIGABRT) as a success.
@@ -74,41 +88,61 @@ def main() -> None:
         dist.destroy_process_group()
 
 
+def pick_device(choice: str, local_rank: int, local_world_size: int) -> torch.device:
+    """The rank's device: ``cuda:<local rank>`` or the CPU."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if choice == "cpu" or (choice == "auto" and gpus < local_world_size):
+        return torch.device("cpu")
+    if local_rank >= gpus:
+        raise SystemExit(
+            f"train_torch.py: error: --device cuda for local rank {local_rank}, but torch sees {gpus} GPU(s)"
+        )
+    return torch.device("cuda", local_rank)
+
+
 def end_of_step(
-    args: argparse.Namespace, rt: runtime.Runtime, step: int, loss: float, global_batch: int
+    args: argparse.Namespace,
+    rt: runtime.Runtime,
+    step: int,
+    loss: float,
+    global_batch: int,
+    device: torch.device,
 ) -> None:
-    """Rank 0 logs the step's loss; every rank reports its heartbeat; optional pacing."""
+    """Rank 0 logs the step's loss (and where it trained); every rank reports its heartbeat;
+    optional pacing."""
     if rt.rank == 0 and args.loss_log:
+        record = {"step": step, "loss": loss, "world_size": rt.world_size, "device": device.type}
         with open(args.loss_log, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": step, "loss": loss, "world_size": rt.world_size}) + "\n")
+            f.write(json.dumps(record) + "\n")
     rt.report(step, samples=step * global_batch, loss=loss, progress=step / args.steps)
     if args.step_sleep:
         time.sleep(args.step_sleep)
 
 
-def train(args: argparse.Namespace, rt: runtime.Runtime, distributed: bool) -> None:
+def train(args: argparse.Namespace, rt: runtime.Runtime, distributed: bool, device: torch.device) -> None:
     assert rt.plan is not None
     micro, accum, global_batch = rt.plan.micro_batch, rt.plan.grad_accum, rt.plan.global_batch
     assert micro is not None and accum is not None and global_batch is not None
 
-    model: nn.Module = build_model()
+    model: nn.Module = build_model().to(device)
     if distributed and args.mode == "ddp":
-        model = nn.parallel.DistributedDataParallel(model)
+        ids = [device.index] if device.type == "cuda" else None
+        model = nn.parallel.DistributedDataParallel(model, device_ids=ids)
     elif distributed and args.mode == "fsdp":
         from torch.distributed.fsdp import fully_shard
 
         fully_shard(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     start = rt.load_checkpoint(model, optimizer)
-    x, y = dataset(EXAMPLES, args.seed)
+    x, y = (t.to(device) for t in dataset(EXAMPLES, args.seed))
     share = micro * accum
 
     for step in range(start, args.steps):
         base = step * global_batch + rt.rank * share
         optimizer.zero_grad()
-        local = torch.zeros(1, dtype=torch.float64)
+        local = torch.zeros(1, dtype=torch.float64, device=device)
         for k in range(accum):
-            index = torch.arange(base + k * micro, base + (k + 1) * micro) % EXAMPLES
+            index = torch.arange(base + k * micro, base + (k + 1) * micro, device=device) % EXAMPLES
             xb, yb = x[index], y[index]
             # Sum over the micro-batch / examples per rank: DDP and FSDP average over ranks,
             # so each gradient is the mean over the global batch for any dp x micro x accum.
@@ -126,7 +160,7 @@ def train(args: argparse.Namespace, rt: runtime.Runtime, distributed: bool) -> N
         if distributed:
             dist.all_reduce(local)
         mean_loss = local.item() / global_batch
-        end_of_step(args, rt, step + 1, mean_loss, global_batch)
+        end_of_step(args, rt, step + 1, mean_loss, global_batch, device)
         if rt.should_checkpoint():
             if rt.rank == args.hang_rank:
                 while True:  # a rank that ignores the checkpoint request: killed after the grace

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import random
 import signal
 import statistics
@@ -66,6 +67,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--round-plans-kept", type=int, default=None, metavar="N",
                         help="the controller's round_plans_kept (default: its own default)")  # fmt: skip
+    parser.add_argument("--spool-keep-s", type=float, default=None, metavar="S",
+                        help="the controller's spool_keep_s (wall seconds an ended job's spool "
+                             "entries are kept; default: its own, a day: a compressed run sweeps "
+                             "none)")  # fmt: skip
     parser.add_argument("--out", default="day_of_load", help="result name under benchmarks/results/")
     parser.add_argument("--diagnose", action="store_true",
                         help="also sample the controller's Python heap (tracemalloc), glibc's "
@@ -103,6 +108,15 @@ def _rss_mb() -> float:
     return float("nan")
 
 
+def _entries(directory: Path) -> int:
+    """How many entries a directory holds (0 if it does not exist yet)."""
+    try:
+        with os.scandir(directory) as it:
+            return sum(1 for _ in it)
+    except FileNotFoundError:
+        return 0
+
+
 def controller_worker(
     conn: Connection,
     conf: str,
@@ -111,6 +125,7 @@ def controller_worker(
     tick_s: float,
     diagnose: bool = False,
     round_plans_kept: int | None = None,
+    spool_keep_s: float | None = None,
 ) -> None:
     """Runs in the spawned child: one tick per message, as ``mosaic controller`` builds it."""
     import resource
@@ -132,6 +147,8 @@ def controller_worker(
     )
     if round_plans_kept is not None:
         config = replace(config, round_plans_kept=round_plans_kept)
+    if spool_keep_s is not None:
+        config = replace(config, spool_keep_s=spool_keep_s)
     client = CliSlurm(config.slurm_env, timeout_s=120)
     store = Store(config.store_path)
     start = time.time()
@@ -176,6 +193,7 @@ def controller_worker(
                 "rss_mb": round(_rss_mb(), 2),
                 "sqlite_mb": sqlite_memory_mb(),
                 "store_file_mb": round(_file_mb(config.store_path), 2),
+                "spool_plan_entries": _entries(config.spool_dir / "plans"),
                 "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 2),
             }
         )
@@ -304,6 +322,7 @@ def bench(cluster: lifecycle.Cluster, root: Path, args: argparse.Namespace) -> d
             args.tick_s,
             args.diagnose,
             args.round_plans_kept,
+            args.spool_keep_s,
         ),
         daemon=True,
     )
@@ -421,6 +440,7 @@ def summarize(
             + (f" --max-wall-s {args.max_wall_s:g}" if args.max_wall_s is not None else "")
             + (" --diagnose" if args.diagnose else "")
             + (f" --round-plans-kept {args.round_plans_kept}" if args.round_plans_kept is not None else "")
+            + (f" --spool-keep-s {args.spool_keep_s:g}" if args.spool_keep_s is not None else "")
         ),
         "cluster": "test cluster homogeneous + accounting: 4 nodes x 4 GPUs, 16 CPUs, 64 GB",
         "slurm": run(["squeue", "--version"], env=cluster.env).stdout.strip(),
@@ -441,6 +461,8 @@ def summarize(
         "tick_s_max": max(times),
         "tick_time_slope_s_per_hour": _round(slope(hours, times)),
         "round_plans_kept": args.round_plans_kept,
+        "spool_keep_s": args.spool_keep_s,
+        "spool_plan_entries_last": ticks[-1].get("spool_plan_entries"),
         "store_file_mb_first": ticks[0].get("store_file_mb"),
         "store_file_mb_last": ticks[-1].get("store_file_mb"),
         "store_file_mb_max": max((t.get("store_file_mb") or 0.0) for t in ticks),

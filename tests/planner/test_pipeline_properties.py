@@ -145,6 +145,31 @@ def test_synergy_replans_an_applied_round_over_two_gpu_types_to_itself(a100_mem_
     assert plan_round(_next_round(snapshot, first), sched).assignments == first.assignments
 
 
+@pytest.mark.parametrize("name", ["synergy-tune", "synergy-opt"])
+def test_synergy_keeps_a_share_cut_back_to_fair_when_replanning(name):
+    # Found by benchmarks/replan_stress.py (draw 126 of --seed 5 once the counterexample
+    # recorded there was set aside). A 4-GPU server with 5 CPUs and 16 GB per GPU: running job 1
+    # first gets its best case (4 CPUs, 62.5 GB), then waiting job 0 needs room, and Tune
+    # switches job 1 back to its fair share, min(share, proportional) = 4 CPUs and 16 GB (as
+    # fast as the proportional 5 and 16). Planned again, job 1's wish still did not fit and
+    # Tune asked the proportional share for it: a reshape (a restart) for nothing. A running
+    # job's share that is already fair is now kept where the wish does not fit.
+    nodes = (Node("n0", 4, "v100", 20, 64.0), *(Node(f"n{k}", 1, "v100", 1, 8.0) for k in (1, 2)))
+    running = Assignment((("n0", 0),), 1, 1.0)
+    jobs = (
+        Job("0", 2, "resnet50", 0.0),
+        Job("1", 1, "resnet50", 0.0, state=JobState.RUNNING, assignment=running),
+    )
+    snapshot = Snapshot(1000.0, nodes, jobs)
+    sched = scheduler(name)
+    first = plan_round(snapshot, sched)
+    if name == "synergy-tune":  # Opt's LP shares it otherwise; the property is the same
+        assert (first.assignments["1"].cpus, first.assignments["1"].mem_gb) == (4, 16.0)
+    second = plan_round(_next_round(snapshot, first), sched)
+    assert second.assignments == first.assignments
+    assert second.reshaped == ()
+
+
 @given(snapshots(), st.sampled_from(PRESET_NAMES))
 def test_a_job_that_fits_one_node_is_never_split(snapshot, name):
     plan = plan_round(snapshot, scheduler(name))

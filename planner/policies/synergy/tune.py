@@ -15,6 +15,10 @@ When a job does not fit:
 So no job ever runs slower than under GPU-proportional allocation (the invariant the
 tests check), and at worst every job gets exactly that allocation.
 
+A running job keeps its share where that already gives it all it wants, or, when its wish
+does not fit, where the share is within the proportional one and runs as fast (what step 2
+left it): re-planning gives it no reshape, and no restart, for nothing.
+
 Running jobs keep their GPUs (§4.3's lease renewal). If re-packing the new jobs'
 GPUs in this order ever fails where the placement stage succeeded (it can, for jobs
 spanning servers), the round is tuned on the placement's GPUs instead.
@@ -59,6 +63,17 @@ def _has_all_it_wants(rnd: Round, d: Demand) -> bool:
     )
 
 
+def _has_a_fair_share(rnd: Round, d: Demand) -> bool:
+    """A running job whose share is within its proportional one and runs at least as fast as
+    it keeps it (where its wish does not fit): what :meth:`Demand.fair` left it when a peer
+    needed room. Asking for the proportional share instead would reshape it for nothing."""
+    had = d.had
+    counts = rnd.pool.reserved_counts(d.job.id)
+    if had is None or counts is None:
+        return False
+    return d.fair(had, rnd.prop(counts)) == had
+
+
 @SHAPINGS.register("tune")
 class TuneShaping(SynergyShaping):
     """Synergy-Tune: best-fit packing with a proportional-share floor for every job."""
@@ -82,6 +97,7 @@ class TuneShaping(SynergyShaping):
         spot = (
             (place_at(rnd, d, as_it_had) if _has_all_it_wants(rnd, d) else None)
             or place_at(rnd, d, wished)
+            or (place_at(rnd, d, as_it_had) if _has_a_fair_share(rnd, d) else None)
             or place_at(rnd, d, proportional)
         )
         if spot is not None:

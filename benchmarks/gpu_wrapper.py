@@ -236,6 +236,14 @@ def main() -> None:
         ),
     }
     wanted = list(cases) if args.cases == "all" else args.cases.split(",")
+    unknown = [name for name in wanted if name not in cases]
+    if unknown:
+        raise SystemExit(f"gpu_wrapper: unknown case(s) {', '.join(unknown)}; the cases: {', '.join(cases)}")
+    if any(cases[name][0] == "deepspeed" for name in wanted) and _version("deepspeed") is None:
+        raise SystemExit(
+            "gpu_wrapper: DeepSpeed is not installed (extra 'deepspeed'); "
+            "--cases torch-cuda,torch-cpu2-to-cuda1 runs without it"
+        )
     results, telemetry = [], None
     with tempfile.TemporaryDirectory(prefix="mosaic-gpu-") as tmp:
         for index, name in enumerate(wanted):

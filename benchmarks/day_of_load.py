@@ -77,7 +77,13 @@ def main() -> None:
                              "malloc state and smaps each tick; diff the heap from the tick "
                              "squeue's MinJobAge window filled (an early one if it never does) "
                              "to the last")  # fmt: skip
+    parser.add_argument("--diagnose-light", action="store_true",
+                        help="--diagnose without tracemalloc (no heap diff): Python's block and "
+                             "object counts, glibc's malloc state and smaps each tick, cheap "
+                             "enough for 10,000 jobs")  # fmt: skip
     args = parser.parse_args()
+    if args.diagnose and args.diagnose_light:
+        parser.error("--diagnose or --diagnose-light, not both")
     if args.jobs < 1 or args.hours <= 0 or not 1 <= args.tick_s <= 3600 or args.cancels < 0:
         parser.error("--jobs >= 1, --hours > 0, --tick-s in [1, 3600], --cancels >= 0")
     if not 0 < args.run_s[0] <= args.run_s[1]:
@@ -124,6 +130,7 @@ def controller_worker(
     preset_name: str,
     tick_s: float,
     diagnose: bool = False,
+    trace: bool = True,
     round_plans_kept: int | None = None,
     spool_keep_s: float | None = None,
 ) -> None:
@@ -133,7 +140,7 @@ def controller_worker(
     from benchmarks import memory_probe
     from slurm_plugin.controller.memory import sqlite_memory_mb
 
-    probe = memory_probe.Probe() if diagnose else None
+    probe = memory_probe.Probe(trace=trace) if diagnose else None
 
     from planner.config import build_scheduler, preset
     from slurm_plugin.controller.actuate import Actuator
@@ -320,7 +327,8 @@ def bench(cluster: lifecycle.Cluster, root: Path, args: argparse.Namespace) -> d
             str(root / "spool"),
             args.preset,
             args.tick_s,
-            args.diagnose,
+            args.diagnose or args.diagnose_light,
+            not args.diagnose_light,
             args.round_plans_kept,
             args.spool_keep_s,
         ),
@@ -439,6 +447,7 @@ def summarize(
             f"--pace-s {args.pace_s:g} --preset {args.preset} --seed {args.seed}"
             + (f" --max-wall-s {args.max_wall_s:g}" if args.max_wall_s is not None else "")
             + (" --diagnose" if args.diagnose else "")
+            + (" --diagnose-light" if args.diagnose_light else "")
             + (f" --round-plans-kept {args.round_plans_kept}" if args.round_plans_kept is not None else "")
             + (f" --spool-keep-s {args.spool_keep_s:g}" if args.spool_keep_s is not None else "")
         ),

@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--mode", choices=("ddp", "fsdp"), default="ddp")
     parser.add_argument("--checkpoint-every", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--loss-log", help="rank 0 appends {step, loss, world_size} per step")
+    parser.add_argument("--loss-log", help="rank 0 appends {step, loss, world_size, device} per step")
     parser.add_argument("--step-sleep", type=float, default=0.0)
     parser.add_argument("--hang-rank", type=int, default=-1)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",

@@ -1,8 +1,8 @@
 """A tiny model trained with DDP or FSDP under mosaic-run, using the runtime API.
 
 On CPU the ranks talk over gloo. With ``--device cuda``, or with ``auto`` (the default) where
-torch sees a GPU for every rank of the node, each rank trains on the GPU of its local rank and
-the ranks talk over NCCL (which refuses two ranks on one GPU).
+torch sees a GPU for every rank of the node (or Slurm bound one GPU to each task), each rank
+trains on its own GPU and the ranks talk over NCCL (which refuses two ranks on one GPU).
 
     mosaic-run --framework torch --global-batch 16 --workers 2 \\
         -- python contrib/examples/train_torch.py --steps 50
@@ -62,7 +62,8 @@ def main() -> None:
     args = parser.parse_args()
 
     rt = runtime.current()
-    device = pick_device(args.device, rt.local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    device = pick_device(args.device, rt.local_rank, local_world_size, os.environ.get("CUDA_VISIBLE_DEVICES"))
     if device.type == "cuda":
         # cuBLAS is deterministic only with a fixed workspace (required before its first use
         # once deterministic algorithms are on); one GPU per rank, chosen before NCCL starts.
@@ -88,16 +89,25 @@ def main() -> None:
         dist.destroy_process_group()
 
 
-def pick_device(choice: str, local_rank: int, local_world_size: int) -> torch.device:
-    """The rank's device: ``cuda:<local rank>`` or the CPU."""
+def pick_device(
+    choice: str, local_rank: int, local_world_size: int, visible: str | None = None
+) -> torch.device:
+    """The rank's device: the GPU of its local rank where every local rank has one; the one GPU
+    a task sees where Slurm bound one to each task (``--gpu-bind``, ``--gpus-per-task``:
+    ``CUDA_VISIBLE_DEVICES``, ``visible``, names a single GPU); else the CPU (``auto``)."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if choice == "cpu" or (choice == "auto" and gpus < local_world_size):
+    if choice == "cpu":
         return torch.device("cpu")
-    if local_rank >= gpus:
-        raise SystemExit(
-            f"train_torch.py: error: --device cuda for local rank {local_rank}, but torch sees {gpus} GPU(s)"
-        )
-    return torch.device("cuda", local_rank)
+    if gpus >= local_world_size:
+        return torch.device("cuda", local_rank)
+    if gpus == 1 and visible and "," not in visible:
+        return torch.device("cuda", 0)
+    if choice == "auto":
+        return torch.device("cpu")
+    raise SystemExit(
+        f"train_torch.py: error: --device cuda for local rank {local_rank} of {local_world_size}, "
+        f"but torch sees {gpus} GPU(s)"
+    )
 
 
 def end_of_step(

@@ -46,9 +46,16 @@ def test_cpu_when_asked_even_with_gpus(monkeypatch):
     assert train_torch.pick_device("cpu", 1, 2) == torch.device("cpu")
 
 
+def test_a_task_slurm_bound_to_one_gpu_trains_on_it(monkeypatch):
+    # srun --gpu-bind / --gpus-per-task: each of 4 tasks sees one GPU, a different one.
+    gpus(monkeypatch, 1)
+    assert train_torch.pick_device("auto", 3, 4, visible="3") == torch.device("cuda", 0)
+    assert train_torch.pick_device("auto", 3, 4, visible="0,1,2,3") == torch.device("cpu")
+
+
 def test_cuda_without_a_gpu_for_the_rank_is_an_error_naming_it(monkeypatch):
     gpus(monkeypatch, 1)
-    with pytest.raises(SystemExit, match="local rank 1, but torch sees 1 GPU"):
+    with pytest.raises(SystemExit, match="local rank 1 of 2, but torch sees 1 GPU"):
         train_torch.pick_device("cuda", 1, 2)
 
 

@@ -81,9 +81,16 @@ def main() -> None:
                         help="--diagnose without tracemalloc (no heap diff): Python's block and "
                              "object counts, glibc's malloc state and smaps each tick, cheap "
                              "enough for 10,000 jobs")  # fmt: skip
+    parser.add_argument("--diagnose-from-tick", type=int, default=None, metavar="N",
+                        help="with --diagnose-light: after tick N, start tracemalloc; five ticks "
+                             "later, snapshot the heap and take a census of the controller's "
+                             "containers; at the end, name the allocations that grew since and "
+                             "the containers that grew, with who holds them")  # fmt: skip
     args = parser.parse_args()
     if args.diagnose and args.diagnose_light:
         parser.error("--diagnose or --diagnose-light, not both")
+    if args.diagnose_from_tick is not None and (not args.diagnose_light or args.diagnose_from_tick < 1):
+        parser.error("--diagnose-from-tick N needs --diagnose-light and N >= 1")
     if args.jobs < 1 or args.hours <= 0 or not 1 <= args.tick_s <= 3600 or args.cancels < 0:
         parser.error("--jobs >= 1, --hours > 0, --tick-s in [1, 3600], --cancels >= 0")
     if not 0 < args.run_s[0] <= args.run_s[1]:
@@ -123,6 +130,9 @@ def _entries(directory: Path) -> int:
         return 0
 
 
+TRACE_SETTLE_TICKS = 5  # --diagnose-from-tick: the heap baseline is taken this many ticks later
+
+
 def controller_worker(
     conn: Connection,
     conf: str,
@@ -133,6 +143,7 @@ def controller_worker(
     trace: bool = True,
     round_plans_kept: int | None = None,
     spool_keep_s: float | None = None,
+    trace_from_tick: int | None = None,
 ) -> None:
     """Runs in the spawned child: one tick per message, as ``mosaic controller`` builds it."""
     import resource
@@ -187,6 +198,10 @@ def controller_worker(
         total_s = time.perf_counter() - t0
         failed = report.result.failed if report.result is not None else []
         memory = probe.sample(k) if probe is not None else {}
+        if probe is not None and k == trace_from_tick:
+            probe.start_trace()
+        elif probe is not None and trace_from_tick is not None and k == trace_from_tick + TRACE_SETTLE_TICKS:
+            probe.baseline()  # what every tick rebuilds has been rebuilt under tracing
         conn.send(
             {
                 **memory,
@@ -331,6 +346,7 @@ def bench(cluster: lifecycle.Cluster, root: Path, args: argparse.Namespace) -> d
             not args.diagnose_light,
             args.round_plans_kept,
             args.spool_keep_s,
+            args.diagnose_from_tick,
         ),
         daemon=True,
     )
@@ -377,7 +393,7 @@ def bench(cluster: lifecycle.Cluster, root: Path, args: argparse.Namespace) -> d
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         heap_diff = None
-        if args.diagnose and worker.is_alive():
+        if (args.diagnose or args.diagnose_from_tick is not None) and worker.is_alive():
             parent.send("heap-diff")
             heap_diff = parent.recv()
         parent.send(None)
@@ -448,6 +464,11 @@ def summarize(
             + (f" --max-wall-s {args.max_wall_s:g}" if args.max_wall_s is not None else "")
             + (" --diagnose" if args.diagnose else "")
             + (" --diagnose-light" if args.diagnose_light else "")
+            + (
+                f" --diagnose-from-tick {args.diagnose_from_tick}"
+                if args.diagnose_from_tick is not None
+                else ""
+            )
             + (f" --round-plans-kept {args.round_plans_kept}" if args.round_plans_kept is not None else "")
             + (f" --spool-keep-s {args.spool_keep_s:g}" if args.spool_keep_s is not None else "")
         ),

@@ -64,7 +64,13 @@ class _Incremental:
       the answer depends only on it), a waiting one until its promotion wait. ``waits``
       has the latter's (waiting since, promotion wait), and ``due`` is a heap of their
       approximate promotion times; each round the ones that may be due are tested exactly
-      as ``transition`` tests them, and those due are no longer held.
+      as ``transition`` tests them, and those due are no longer held. ``queued``: job id ->
+      the tie of the heap entry that stands for its current hold. An entry whose tie is not
+      there is stale (the job was held again as another object, started, or left): skipped
+      when it comes up, and dropped when stale ones outnumber the live ones. Entries hold
+      no job object: the live controller hands in a new object whenever a job's record
+      changes, and entries that kept each old object kept it alive until dropped (thousands
+      of jobs' worth at 10,000 queued jobs).
     * ``keys``/``sorted``: each job's sort key and the (key, job id) pairs in order; a round
       changes few keys (arrivals, completions, demotions, promotions), so the order is
       brought up to date by bisection instead of sorting every job again. The keys are
@@ -75,12 +81,13 @@ class _Incremental:
       the same key while it runs with the same state below the threshold.
     """
 
-    __slots__ = ("counter", "due", "held", "keys", "out", "running_memo", "sorted", "waits")
+    __slots__ = ("counter", "due", "held", "keys", "out", "queued", "running_memo", "sorted", "waits")
 
     def __init__(self) -> None:
         self.held: dict[str, Job] = {}
         self.waits: dict[str, tuple[float, float]] = {}
-        self.due: list[tuple[float, int, str, Job]] = []  # (approximate time, tie, id, job)
+        self.due: list[tuple[float, int, str]] = []  # (approximate time, tie, job id)
+        self.queued: dict[str, int] = {}
         self.counter = 0
         self.keys: dict[str, _Key] = {}
         self.sorted: list[tuple[_Key, str]] = []
@@ -89,7 +96,7 @@ class _Incremental:
 
     def promote_due(self, now: float) -> None:
         """Stop holding the waiting jobs whose promotion wait has passed at ``now``."""
-        due, held, waits = self.due, self.held, self.waits
+        due, queued, waits = self.due, self.queued, self.waits
         # The heap's times are waiting + wait, which rounding may put a little after the
         # exact test's moment: everything within a margin is tested exactly.
         margin = max(1.0, abs(now) * 1e-9)
@@ -97,11 +104,12 @@ class _Incremental:
         while due and due[0][0] <= now + margin:
             entry = heapq.heappop(due)
             job_id = entry[2]
-            if held.get(job_id) is not entry[3]:
+            if queued.get(job_id) != entry[1]:
                 continue  # no longer held as it was when queued
             waiting, wait = waits[job_id]
             if now - waiting >= wait:
-                del held[job_id]
+                del self.held[job_id]
+                self.unqueue(job_id)
             else:
                 early.append(entry)
         for entry in early:
@@ -110,20 +118,28 @@ class _Incremental:
     def hold(self, job: Job, waiting: float, wait: float) -> None:
         """A waiting ``job``'s key and output hold while ``not now - waiting >= wait``."""
         self.held[job.id] = job
-        if not math.isinf(wait):
-            self.waits[job.id] = (waiting, wait)
-            self.counter += 1
-            heapq.heappush(self.due, (waiting + wait, self.counter, job.id, job))
-            if len(self.due) > 2 * len(self.waits) + 1024:  # entries no longer held: drop
-                held = self.held
-                self.due[:] = [e for e in self.due if held.get(e[2]) is e[3]]
-                heapq.heapify(self.due)
+        if math.isinf(wait):
+            self.unqueue(job.id)
+            return
+        self.waits[job.id] = (waiting, wait)
+        self.counter += 1
+        self.queued[job.id] = self.counter
+        heapq.heappush(self.due, (waiting + wait, self.counter, job.id))
+        if len(self.due) > 2 * len(self.queued) + 1024:  # stale entries: drop
+            queued = self.queued
+            self.due[:] = [e for e in self.due if queued.get(e[2]) == e[1]]
+            heapq.heapify(self.due)
+
+    def unqueue(self, job_id: str) -> None:
+        """``job_id`` is no longer held as a waiting job: its heap entry, if any, is stale."""
+        if self.queued.pop(job_id, None) is not None:
+            del self.waits[job_id]
 
     def forget(self, gone: set[str]) -> None:
         """Drop what is kept for jobs no longer in the snapshot (but their keys: reorder)."""
         for job_id in gone:
             self.held.pop(job_id, None)
-            self.waits.pop(job_id, None)
+            self.unqueue(job_id)
             self.running_memo.pop(job_id, None)
             del self.out[job_id]
 
@@ -236,6 +252,7 @@ class Tiresias:
                 # the threshold that would demote it, still running.
                 key, updated = run[2], job
                 held[job_id] = job  # for as long as this object is handed in
+                st.unqueue(job_id)
             else:
                 queue, since = self.transition(job, now)
                 updated = job
@@ -253,6 +270,7 @@ class Tiresias:
                         below = thresholds[queue] if queue < len(thresholds) else math.inf
                         running_memo[job_id] = (state, job.submit_time_s, key, below)
                         held[job_id] = job
+                        st.unqueue(job_id)
                     else:
                         # Unchanged until promoted: transition() gives (queue, since) again
                         # as long as the job waits less than the promotion wait (never, if
@@ -263,6 +281,7 @@ class Tiresias:
                         st.hold(job, job.waiting_since(), limit)
                 else:
                     held.pop(job_id, None)
+                    st.unqueue(job_id)
             previous = keys.get(job_id)
             if previous is not None:
                 known += 1

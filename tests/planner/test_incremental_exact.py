@@ -5,6 +5,7 @@ search's answer until a GPU is taken; Tiresias remembers pending jobs' sort keys
 are checked here against the full computation on random cases.
 """
 
+import gc
 import random
 from dataclasses import replace
 
@@ -213,6 +214,31 @@ def test_tiresias_kept_order_equals_a_fresh_policy_as_jobs_come_run_and_go():
         jobs = nxt
         now += step
     assert all(count > 0 for count in seen.values()), seen  # every case the kept state must not miss
+
+
+def test_tiresias_keeps_no_job_object_a_caller_has_replaced():
+    # The live controller hands in a new (equal) object whenever a job's store record
+    # changes. Each one a demoted waiting job is held as gets a promotion-heap entry; the
+    # entries left behind must not keep the replaced objects alive (at 10,000 queued jobs
+    # they kept thousands, a slow rise of the controller's memory).
+    policy = Tiresias(thresholds_gpu_s=(100.0,), promote_knob=8.0)
+    waiting = [
+        make_job(
+            i, 1, submit=0.0, attained_gpu_s=500.0, pending_since_s=0.0, policy_state={"q": 1, "since": 0.0}
+        )
+        for i in range(10)
+    ]
+    gc.collect()
+    before = sum(isinstance(o, Job) for o in gc.get_objects())
+    for k in range(600):  # 600 rounds within the 4,000 s promotion wait
+        jobs = [replace(j, policy_state=dict(j.policy_state)) for j in waiting]
+        snapshot = make_snapshot([make_node()], jobs, time_s=100.0 + k)
+        got = policy.order(snapshot)
+        assert [j.policy_state["q"] for j in got] == [1] * 10  # none promoted yet
+        del jobs, snapshot, got
+    gc.collect()
+    alive = sum(isinstance(o, Job) for o in gc.get_objects()) - before
+    assert alive <= 3 * len(waiting), alive  # this round's objects, not 600 rounds' worth
 
 
 class _EagerReservations(ConsolidatedPlacement):

@@ -31,11 +31,13 @@ import multiprocessing
 import os
 import random
 import signal
+import sqlite3
 import statistics
 import tempfile
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -119,6 +121,20 @@ def _rss_mb() -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def _jobs_with_service(store: Path) -> int | None:
+    """Jobs the store has not seen end that have attained GPU service (they ran before): the
+    state a queue accumulates as its jobs run and wait again (Tiresias keeps a promotion wait
+    for each demoted one). Read by the benchmark's process, not the controller's."""
+    try:
+        with closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=5.0)) as db:
+            row = db.execute(
+                "SELECT COUNT(*) FROM jobs WHERE finished_s IS NULL AND attained_gpu_s > 0"
+            ).fetchone()
+    except sqlite3.Error:
+        return None
+    return int(row[0])
 
 
 def _entries(directory: Path) -> int:
@@ -374,6 +390,7 @@ def bench(cluster: lifecycle.Cluster, root: Path, args: argparse.Namespace) -> d
             cycle = time.perf_counter()
             parent.send(k)
             tick = parent.recv()
+            tick["jobs_with_service"] = _jobs_with_service(root / "spool" / "mosaic.db")
             queue = load.queue()
             live = [s for s in queue.values() if s in LIVE_STATES]
             tick["queued"] = sum(s == "PENDING" for s in live)
@@ -507,6 +524,10 @@ def summarize(
         "listed_first": ticks[0].get("listed"),
         "listed_at_window": ticks[filled].get("listed") if filled < len(ticks) else None,
         "listed_last": ticks[-1].get("listed"),
+        "jobs_with_service_at_window": ticks[filled].get("jobs_with_service")
+        if filled < len(ticks)
+        else None,
+        "jobs_with_service_last": ticks[-1].get("jobs_with_service"),
         "rss_slope_mb_per_hour_after_window": _round(slope(hours[filled:], rss[filled:])),
         "rss_median_slope_mb_per_hour_after_window": _round(median_slope(hours[filled:], rss[filled:])),
         "rss_mb_at_window": rss[filled] if filled < len(ticks) else None,

@@ -62,12 +62,12 @@ class _Incremental:
     * ``held``: job id -> the job object whose sort key and output are known to hold: a
       running job below its demotion threshold (for as long as that object is handed in:
       the answer depends only on it), a waiting one until its promotion wait. ``waits``
-      has the latter's (waiting since, promotion wait), and ``due`` is a heap of their
+      has the latter's (tie, waiting since, promotion wait), and ``due`` is a heap of their
       approximate promotion times; each round the ones that may be due are tested exactly
-      as ``transition`` tests them, and those due are no longer held. ``queued``: job id ->
-      the tie of the heap entry that stands for its current hold. An entry whose tie is not
-      there is stale (the job was held again as another object, started, or left): skipped
-      when it comes up, and dropped when stale ones outnumber the live ones. Entries hold
+      as ``transition`` tests them, and those due are no longer held. An entry whose tie is
+      not the job's in ``waits`` is stale (the job was held again as another object,
+      started, or left): skipped when it comes up, and dropped when stale ones outnumber
+      the live ones. Entries hold
       no job object: the live controller hands in a new object whenever a job's record
       changes, and entries that kept each old object kept it alive until dropped (thousands
       of jobs' worth at 10,000 queued jobs).
@@ -81,13 +81,12 @@ class _Incremental:
       the same key while it runs with the same state below the threshold.
     """
 
-    __slots__ = ("counter", "due", "held", "keys", "out", "queued", "running_memo", "sorted", "waits")
+    __slots__ = ("counter", "due", "held", "keys", "out", "running_memo", "sorted", "waits")
 
     def __init__(self) -> None:
         self.held: dict[str, Job] = {}
-        self.waits: dict[str, tuple[float, float]] = {}
+        self.waits: dict[str, tuple[int, float, float]] = {}  # job id -> (tie, waiting, wait)
         self.due: list[tuple[float, int, str]] = []  # (approximate time, tie, job id)
-        self.queued: dict[str, int] = {}
         self.counter = 0
         self.keys: dict[str, _Key] = {}
         self.sorted: list[tuple[_Key, str]] = []
@@ -96,7 +95,7 @@ class _Incremental:
 
     def promote_due(self, now: float) -> None:
         """Stop holding the waiting jobs whose promotion wait has passed at ``now``."""
-        due, queued, waits = self.due, self.queued, self.waits
+        due, waits = self.due, self.waits
         # The heap's times are waiting + wait, which rounding may put a little after the
         # exact test's moment: everything within a margin is tested exactly.
         margin = max(1.0, abs(now) * 1e-9)
@@ -104,12 +103,12 @@ class _Incremental:
         while due and due[0][0] <= now + margin:
             entry = heapq.heappop(due)
             job_id = entry[2]
-            if queued.get(job_id) != entry[1]:
+            w = waits.get(job_id)
+            if w is None or w[0] != entry[1]:
                 continue  # no longer held as it was when queued
-            waiting, wait = waits[job_id]
-            if now - waiting >= wait:
+            if now - w[1] >= w[2]:
                 del self.held[job_id]
-                self.unqueue(job_id)
+                del waits[job_id]
             else:
                 early.append(entry)
         for entry in early:
@@ -121,19 +120,17 @@ class _Incremental:
         if math.isinf(wait):
             self.unqueue(job.id)
             return
-        self.waits[job.id] = (waiting, wait)
         self.counter += 1
-        self.queued[job.id] = self.counter
+        self.waits[job.id] = (self.counter, waiting, wait)
         heapq.heappush(self.due, (waiting + wait, self.counter, job.id))
-        if len(self.due) > 2 * len(self.queued) + 1024:  # stale entries: drop
-            queued = self.queued
-            self.due[:] = [e for e in self.due if queued.get(e[2]) == e[1]]
+        if len(self.due) > 2 * len(self.waits) + 1024:  # stale entries: drop
+            waits = self.waits
+            self.due[:] = [e for e in self.due if (w := waits.get(e[2])) is not None and w[0] == e[1]]
             heapq.heapify(self.due)
 
     def unqueue(self, job_id: str) -> None:
         """``job_id`` is no longer held as a waiting job: its heap entry, if any, is stale."""
-        if self.queued.pop(job_id, None) is not None:
-            del self.waits[job_id]
+        self.waits.pop(job_id, None)
 
     def forget(self, gone: set[str]) -> None:
         """Drop what is kept for jobs no longer in the snapshot (but their keys: reorder)."""

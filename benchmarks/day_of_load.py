@@ -5,7 +5,8 @@ job can be read back) is filled with ``--jobs`` held jobs (1, 2 or 4 GPUs, each 
 Mosaic comment), then the controller ticks back to back, time-compressed: each tick stands
 for ``--tick-s`` seconds of controller time (the controller's clock advances that much per
 tick: attained service, pending times and the store's rounds see an hour of ticks as an
-hour), ``--hours`` x 3600 / ``--tick-s`` ticks in all. Jobs are short (``sleep`` of
+hour; Slurm's submit and start times are put on that clock too, ``--slurm-times``), ``--hours``
+x 3600 / ``--tick-s`` ticks in all. Jobs are short (``sleep`` of
 ``--run-s`` seconds, real time; a tick and its churn last at least ``--pace-s``), so they
 finish within a few ticks. Between ticks, the churn:
 ``--cancels`` random queued jobs are cancelled, and new jobs arrive to bring the queue back
@@ -26,6 +27,7 @@ cancelled by the churn, or still queued/running; anything else (failed, missing)
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import multiprocessing
 import os
@@ -35,6 +37,7 @@ import sqlite3
 import statistics
 import tempfile
 import time
+from array import array
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
@@ -66,6 +69,12 @@ def main() -> None:
     parser.add_argument("--max-wall-s", type=float, default=None,
                         help="stop ticking after this long (real s)")  # fmt: skip
     parser.add_argument("--preset", default="tiresias")
+    parser.add_argument("--slurm-times", choices=("compressed", "wall"), default="compressed",
+                        help="the start and submit times the controller reads from Slurm: put on "
+                             "its compressed clock (a job that ran 20 s of a ~8 s tick standing "
+                             "for 60 s ran 150 s), or as Slurm gives them (wall time: attained "
+                             "service then grows with how far the compressed clock has run ahead, "
+                             "and nearly every started job is demoted)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--round-plans-kept", type=int, default=None, metavar="N",
                         help="the controller's round_plans_kept (default: its own default)")  # fmt: skip
@@ -160,6 +169,7 @@ def controller_worker(
     round_plans_kept: int | None = None,
     spool_keep_s: float | None = None,
     trace_from_tick: int | None = None,
+    compress_slurm_times: bool = True,
 ) -> None:
     """Runs in the spawned child: one tick per message, as ``mosaic controller`` builds it."""
     import resource
@@ -173,7 +183,7 @@ def controller_worker(
     from slurm_plugin.controller.actuate import Actuator
     from slurm_plugin.controller.config import ControllerConfig
     from slurm_plugin.controller.loop import Controller
-    from slurm_plugin.slurm.backend import CliSlurm
+    from slurm_plugin.slurm.backend import CliSlurm, SlurmClient
     from slurm_plugin.store import Store
 
     config = ControllerConfig(
@@ -183,10 +193,12 @@ def controller_worker(
         config = replace(config, round_plans_kept=round_plans_kept)
     if spool_keep_s is not None:
         config = replace(config, spool_keep_s=spool_keep_s)
-    client = CliSlurm(config.slurm_env, timeout_s=120)
-    store = Store(config.store_path)
     start = time.time()
     virtual = {"now": start}
+    times = CompressedTimes(start, start)
+    cli = CliSlurm(config.slurm_env, timeout_s=120)
+    client: SlurmClient = CompressedSlurm(cli, times) if compress_slurm_times else cli
+    store = Store(config.store_path)
     # The controller's clock advances tick_s per tick; the actuator's waits stay in real time.
     controller = Controller(
         client,
@@ -209,6 +221,7 @@ def controller_worker(
                 probe.baseline()
             continue
         virtual["now"] = start + k * tick_s
+        times.anchor(time.time(), virtual["now"])
         t0 = time.perf_counter()
         report = controller.tick()
         total_s = time.perf_counter() - t0
@@ -236,6 +249,63 @@ def controller_worker(
             }
         )
     store.close()
+
+
+class CompressedTimes:
+    """Wall-clock times on the controller's compressed clock: tick k starts at wall time w_k and
+    controller time v_k, and a time between two tick starts is put proportionally between their
+    controller times. Before the first anchor and after the last, a second is a second.
+
+    Every anchor is kept (two doubles a tick), so a time once between two anchors always maps
+    to the same value: the controller keys a requeued job by its submit time."""
+
+    def __init__(self, wall: float, virtual: float) -> None:
+        self.walls = array("d", [wall])
+        self.virtuals = array("d", [virtual])
+
+    def anchor(self, wall: float, virtual: float) -> None:
+        if wall > self.walls[-1] and virtual >= self.virtuals[-1]:
+            self.walls.append(wall)
+            self.virtuals.append(virtual)
+
+    def __call__(self, t: float) -> float:
+        i = bisect.bisect_right(self.walls, t)
+        if i == 0:
+            return self.virtuals[0] - (self.walls[0] - t)
+        if i == len(self.walls):
+            return self.virtuals[-1] + (t - self.walls[-1])
+        w0, w1, v0, v1 = self.walls[i - 1], self.walls[i], self.virtuals[i - 1], self.virtuals[i]
+        return v0 + (t - w0) * (v1 - v0) / (w1 - w0)
+
+
+class CompressedSlurm:
+    """A :class:`SlurmClient` whose jobs carry their submit and start times on the controller's
+    compressed clock (:class:`CompressedTimes`); everything else is the wrapped client's.
+
+    The wrapped client hands back the same job object for an unchanged squeue line; so does
+    this one (the mapped copy is made once per such object), so the controller's caches see
+    what they see without compression."""
+
+    def __init__(self, client: Any, times: CompressedTimes) -> None:
+        self.client = client
+        self.times = times
+        self._mapped: dict[int, tuple[Any, Any]] = {}  # id(original): (original, mapped)
+
+    def jobs(self) -> list[Any]:
+        mapped: dict[int, tuple[Any, Any]] = {}
+        out = []
+        for job in self.client.jobs():
+            seen = self._mapped.get(id(job))
+            if seen is None or seen[0] is not job:
+                start = None if job.start_time is None else self.times(job.start_time)
+                seen = (job, replace(job, submit_time=self.times(job.submit_time), start_time=start))
+            mapped[id(job)] = seen
+            out.append(seen[1])
+        self._mapped = mapped
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
 
 
 # -- the load ----------------------------------------------------------------------------
@@ -363,6 +433,7 @@ def bench(cluster: lifecycle.Cluster, root: Path, args: argparse.Namespace) -> d
             args.round_plans_kept,
             args.spool_keep_s,
             args.diagnose_from_tick,
+            args.slurm_times == "compressed",
         ),
         daemon=True,
     )
@@ -478,6 +549,7 @@ def summarize(
             f"python -m benchmarks.day_of_load --jobs {args.jobs} --hours {args.hours:g} --tick-s "
             f"{args.tick_s:g} --cancels {args.cancels} --run-s {args.run_s[0]:g} {args.run_s[1]:g} "
             f"--pace-s {args.pace_s:g} --preset {args.preset} --seed {args.seed}"
+            f" --slurm-times {args.slurm_times}"
             + (f" --max-wall-s {args.max_wall_s:g}" if args.max_wall_s is not None else "")
             + (" --diagnose" if args.diagnose else "")
             + (" --diagnose-light" if args.diagnose_light else "")
@@ -492,6 +564,7 @@ def summarize(
         "cluster": "test cluster homogeneous + accounting: 4 nodes x 4 GPUs, 16 CPUs, 64 GB",
         "slurm": run(["squeue", "--version"], env=cluster.env).stdout.strip(),
         "jobs_target": args.jobs,
+        "slurm_times": args.slurm_times,
         "ticks": n_ticks,
         "tick_s": args.tick_s,
         "controller_hours": round(n_ticks * args.tick_s / 3600, 3),

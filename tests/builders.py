@@ -10,6 +10,7 @@ from planner.model import Assignment, Job, JobState, Node, Snapshot
 from planner.pipeline import Scheduler
 from planner.traces.records import TraceJob
 from profiles.store import ProfileStore
+from slurm_plugin.slurm.parse import SlurmJob
 
 _PROFILES = ProfileStore.builtin()
 
@@ -43,6 +44,18 @@ def make_nodes(
 def make_job(job_id: str | int = "1", num_gpus: int = 1, submit: float = 0.0, **fields: Any) -> Job:
     fields.setdefault("model", "resnet50")
     return Job(id=str(job_id), num_gpus=num_gpus, submit_time_s=submit, **fields)
+
+
+def make_slurm_job(**fields: Any) -> SlurmJob:
+    """A held 1-node job as squeue shows it (job 7 in partition ``gpu``), ``fields`` replaced."""
+    base: dict[str, Any] = {
+        "id": "7", "name": "j", "partition": "gpu", "state": "PENDING", "reason": "JobHeldUser",
+        "priority": 0, "gpus_per_node": 1, "shards_per_node": 0, "cpus": 2, "mem_mb_per_node": 4096,
+        "mem_mb_per_cpu": None, "num_nodes": 1, "nodes": (), "gpu_indices": (), "required_nodes": (),
+        "features": "", "submit_time": 1.0, "start_time": None, "restarts": 0, "comment": "",
+        "admin_comment": "",
+    }  # fmt: skip
+    return SlurmJob(**{**base, **fields})
 
 
 def running(job: Job, gpus: Sequence[tuple[str, int]], cpus: int = 0, mem_gb: float = 0.0) -> Job:

@@ -9,13 +9,9 @@ from hypothesis import strategies as st
 
 from benchmarks.day_of_load import CompressedSlurm, CompressedTimes
 from slurm_plugin.slurm.parse import SlurmJob
+from tests.builders import make_slurm_job
 
-JOB = SlurmJob(
-    id="7", name="j", partition="gpu", state="PENDING", reason="JobHeldUser", priority=0,
-    gpus_per_node=1, shards_per_node=0, cpus=2, mem_mb_per_node=4096, mem_mb_per_cpu=None,
-    num_nodes=1, nodes=(), gpu_indices=(), required_nodes=(), features="", submit_time=990.0,
-    start_time=None, restarts=0, comment="", admin_comment="",
-)  # fmt: skip
+JOB = make_slurm_job(submit_time=990.0)
 
 
 def _ticks(n: int, wall_per_tick: float = 8.0, tick_s: float = 60.0) -> CompressedTimes:

@@ -21,14 +21,9 @@ from slurm_plugin.controller.layout import (
     layout_problem,
 )
 from slurm_plugin.controller.rounddiff import slurm_shape, start_fields
-from slurm_plugin.slurm.parse import SlurmJob
+from tests.builders import make_slurm_job
 
-BASE = SlurmJob(
-    id="7", name="j", partition="gpu", state="PENDING", reason="JobHeldUser", priority=0,
-    gpus_per_node=2, shards_per_node=0, cpus=2, mem_mb_per_node=4096, mem_mb_per_cpu=None,
-    num_nodes=1, nodes=(), gpu_indices=(), required_nodes=(), features="", submit_time=1.0,
-    start_time=None, restarts=0, comment="", admin_comment="",
-)  # fmt: skip
+BASE = make_slurm_job(gpus_per_node=2)
 
 
 def _a(per_node: dict[str, int], cpus: int) -> Assignment:

@@ -6,7 +6,8 @@ its slope per controller-hour, Theil-Sen (the median pairwise slope, which a tic
 block barely moves) and least squares. Where the run recorded ``jobs_with_service`` (open jobs
 with attained GPU service), also a least-squares fit of each metric on controller hours *and*
 that count together: how much of the metric's rise the jobs that ran and wait again account
-for, and what trend in time is left beside them.
+for, and what trend in time is left beside them (only where the count does not itself rise in
+step with time: ``hours_service_correlation`` near 1 means the two cannot be told apart).
 
     .venv/bin/python -m benchmarks.day_of_load_trend day_of_load_10k_heapfix \\
         day_of_load_10k_compressed --split 181 --out day_of_load_trends
@@ -126,10 +127,15 @@ def joint_fit(hours: Sequence[float], service: Sequence[float], ys: Sequence[flo
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     residual = y - x @ coef
     total = float(((y - y.mean()) ** 2).sum())
+    # Where the count itself rises in step with time the two slopes cannot be told apart:
+    # the correlation says how far they can.
+    spread = float(np.std(hours)) * float(np.std(service))
+    correlation = float(np.corrcoef(hours, service)[0, 1]) if spread > 0 else 0.0
     return {
         "per_hour": round(float(coef[1]), 4),
         "per_job_with_service": round(float(coef[2]), 4),
         "r2": round(1 - float((residual**2).sum()) / total, 4) if total > 0 else 1.0,
+        "hours_service_correlation": round(correlation, 4),
     }
 
 

@@ -20,7 +20,7 @@ def test_memory_that_follows_the_jobs_with_service_leaves_no_trend_in_time_besid
     rss = [150 + 0.002 * s for s in service]
     fit = joint_fit([k / 60 for k in range(240)], [float(s) for s in service], rss)
     assert abs(fit["per_hour"]) < 1e-9 and abs(fit["per_job_with_service"] - 0.002) < 1e-9
-    assert fit["r2"] == 1.0
+    assert fit["r2"] == 1.0 and fit["hours_service_correlation"] < 0.99
 
 
 def test_a_leak_in_time_is_left_in_time() -> None:
@@ -36,3 +36,9 @@ def test_segments_are_cut_at_the_splits_after_the_window() -> None:
     whole = out["segments"][0]["rss_mb"]
     assert whole["first"] == 150.0 and whole["theil_sen_per_hour"] == 60.0  # a MB a tick
     assert "with_service" in whole and "with_service" not in out["segments"][0]["jobs_with_service"]
+
+
+def test_a_count_rising_in_step_with_time_is_flagged() -> None:
+    hours = [k / 60 for k in range(100)]
+    fit = joint_fit(hours, [100.0 + 9 * k + (k % 3) for k in range(100)], [150 + 0.1 * h for h in hours])
+    assert fit["hours_service_correlation"] > 0.999

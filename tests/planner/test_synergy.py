@@ -159,6 +159,27 @@ def test_second_lp_fragments_at_most_3s_jobs() -> None:
     assert fragmented(rnd, chosen) <= 3 * len(snapshot.nodes)
 
 
+def test_tune_on_the_placements_gpus_keeps_no_share_a_moved_job_had_elsewhere() -> None:
+    # Found by `benchmarks.synergy multigpu` (LAS, t=171,000 s): when Tune's own GPU re-pack
+    # fails it packs on the placement's GPUs, where a job the placement moved is not on its
+    # GPUs. Its old share fitted the new server alone, and two such jobs were both kept with it:
+    # 6 CPUs on a server of 4. Only a job kept on its GPUs keeps its share.
+    from planner.policies.synergy.tune import TuneShaping
+    from planner.stages import Draft
+
+    big, small = Node("big", 8, "v100", 24, 500.0), Node("small", 2, "v100", 4, 64.0)
+    jobs = [running(make_job(k, model="unknown-model"), [("big", k)], cpus=3, mem_gb=32.0) for k in (0, 1)]
+    snapshot = make_snapshot([big, small], jobs)
+    moved = {j.id: Assignment((("small", int(j.id)),), 2, 32.0) for j in jobs}
+    draft = Draft(moved, {j.id: Outcome.MOVED for j in jobs})
+    stage = TuneShaping(0.05, profiles())
+    rnd = stage._round(snapshot, draft)
+    stage.on_placement_gpus(rnd)
+    shaped = stage._draft(rnd, draft)
+    assert plan_violations(snapshot, RoundPlan(assignments=shaped.assignments), 1) == []
+    assert sum(a.cpus for a in shaped.assignments.values()) <= small.cpus
+
+
 # -- properties ---------------------------------------------------------------------------------
 @st.composite
 def synergy_snapshots(draw: st.DrawFn) -> Snapshot:

@@ -85,6 +85,9 @@ class Round:
     pool: Pool
     skipped: dict[str, Outcome] = field(default_factory=dict)
     keep_types: bool = True  # jobs stay on their drafted GPU type (drafted_type)
+    # Jobs the placement left waiting for GPUs, in its priority order, that a mechanism
+    # packing GPUs more tightly than the placement may start (SynergyShaping.fills_freed_gpus).
+    waiting: list[Demand] = field(default_factory=list)
 
     def prop(self, counts: Counts) -> PerGpu:
         return proportional_per_gpu([self.pool.by_name[n] for n, _ in counts])
@@ -100,6 +103,10 @@ class SynergyShaping:
     # Static-demand mechanisms skip jobs that do not fit and try the next ones in the queue
     # (§3.3), beyond the GPU-admitted set; Tune and Opt keep exactly the runnable set.
     beyond_runnable_set: ClassVar[bool] = False
+    # Tune and Opt re-pack the runnable set's GPUs by best fit, which can leave room on one
+    # server for a job the placement found none for: they start it in the same round
+    # (Round.waiting), else the next round's placement would, a start for no new reason.
+    fills_freed_gpus: ClassVar[bool] = False
     tolerance: float
     profiles: ProfileStore
 
@@ -135,21 +142,24 @@ class SynergyShaping:
             matrix = self.profiles.resolve(job.model).sensitivity
             best = None if matrix is None else best_case_per_gpu(matrix, self.tolerance)
             demands.append(Demand(job, a, kept, matrix, best))
-        if self.beyond_runnable_set:
+        waiting = []
+        if self.beyond_runnable_set or self.fills_freed_gpus:
             for job_id, outcome in draft.outcomes.items():  # the placement's priority order
                 if job_id in draft.assignments or outcome not in _WAITING_FOR_GPUS:
                     continue
                 job = jobs[job_id]
                 matrix = self.profiles.resolve(job.model).sensitivity
                 best = None if matrix is None else best_case_per_gpu(matrix, self.tolerance)
-                demands.append(Demand(job, Assignment((), 0, 0.0, job.plan), False, matrix, best))
-        return Round(snapshot, demands, pool, keep_types=not self.beyond_runnable_set)
+                waiting.append(Demand(job, Assignment((), 0, 0.0, job.plan), False, matrix, best))
+        if self.beyond_runnable_set:
+            return Round(snapshot, demands + waiting, pool, keep_types=False)
+        return Round(snapshot, demands, pool, waiting=waiting)
 
     @staticmethod
     def _draft(rnd: Round, draft: Draft) -> Draft:
         assignments: dict[str, Assignment] = {}
         outcomes = dict(draft.outcomes)
-        for d in rnd.demands:
+        for d in (*rnd.demands, *rnd.waiting):
             held: Held | None = rnd.pool.held.get(d.job.id)
             if held is None:
                 if d.job.id in draft.assignments:  # beyond the runnable set, it keeps its reason

@@ -14,10 +14,16 @@ running job's current server, Synergy's lease renewal. Jobs with one x[i, j] = 1
 there; the fractional ones (the paper leaves their rounding open, §4.1.3) are placed
 by Synergy-Tune's rules with the ILP's share as their demand, which keeps the
 proportional-throughput floor. Both are solved by HiGHS through SciPy.
+
+A running job whose share is at least as fast as its proportional one keeps it (the
+lease renewal, §4.3) and is a fixed point of the ILP; the leftover CPUs and memory of a
+server go, last, to its jobs below their best case (Synergy-Tune's passes). So planning an
+applied round again changes nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 
 import numpy as np
@@ -27,7 +33,7 @@ from scipy.sparse import coo_matrix
 from planner.policies.synergy.base import Demand, Round, SynergyShaping, commit, drafted_type
 from planner.policies.synergy.demand import PerGpu, proportional_per_gpu
 from planner.policies.synergy.pool import Counts
-from planner.policies.synergy.tune import TuneShaping
+from planner.policies.synergy.tune import TuneShaping, upgrade
 from planner.stages import SHAPINGS
 from profiles.schema import SensitivityMatrix
 
@@ -40,21 +46,35 @@ class OptShaping(SynergyShaping):
     """Synergy-Opt: ILP on the super-machine, then an LP to spread jobs over servers."""
 
     component = "opt"
+    fills_freed_gpus = True
 
     def allocate(self, rnd: Round) -> None:
         if not rnd.demands:
             return
-        shares = ideal_shares(rnd)
+        # Pass 1, the lease renewal (§4.3): a running job on its GPUs whose share is at least
+        # as fast as its proportional one keeps it, and the ILP counts it as fixed. Re-solving
+        # the ILP for running jobs moved their shares round after round for nothing (its
+        # super-machine and the servers' proportional floors change as jobs move).
+        kept = {d.job.id: share for d in rnd.demands if (share := _kept_share(rnd, d)) is not None}
+        shares = ideal_shares(rnd, kept)
         chosen = {d.job.id: share for d, share in zip(rnd.demands, shares, strict=True)}
         tune = TuneShaping(self.tolerance, self.profiles)
 
         def place(d: Demand) -> bool:
             return tune.place(rnd, Demand(d.job, d.base, d.kept, d.matrix, chosen[d.job.id]))
 
-        # Running jobs renew their lease first (§4.3): their GPUs stay, their share is the
-        # ILP's where it fits there, else Tune's rules (never below proportional).
         for d in rnd.demands:
-            if rnd.pool.reserved_counts(d.job.id) is not None and not place(d):
+            share = kept.get(d.job.id)
+            if share is not None:
+                if rnd.pool.fits(_reserved(rnd, d), share):
+                    commit(rnd, d, _reserved(rnd, d), share)
+                else:  # a node that shrank under its running jobs: Tune's rules then
+                    del kept[d.job.id]
+        # Pass 2: other running jobs renew their GPUs with the ILP's share where it fits there,
+        # else Tune's rules (never below proportional); then the LP places whole jobs and
+        # Tune's rules the rest.
+        for d in rnd.demands:
+            if d.job.id not in kept and rnd.pool.reserved_counts(d.job.id) is not None and not place(d):
                 tune.on_placement_gpus(rnd)
                 return
         pending = [d for d in rnd.demands if d.job.id not in rnd.pool.held]
@@ -74,6 +94,27 @@ class OptShaping(SynergyShaping):
             if not place(d):
                 tune.on_placement_gpus(rnd)
                 return
+        for d in rnd.waiting:  # as Tune: GPUs the placement could not give it are free now
+            tune.place(rnd, d)
+        # Pass 3: what a server has left goes to its jobs below their best case (Tune's
+        # upgrade), so that the next round, with every job kept, has nothing to upgrade.
+        for d in rnd.demands:
+            upgrade(rnd, d)
+
+
+def _kept_share(rnd: Round, d: Demand) -> PerGpu | None:
+    """Pass 1: the share of a running job on its GPUs, if as fast as proportional and it fits."""
+    counts = rnd.pool.reserved_counts(d.job.id)
+    had = d.had
+    if not d.kept or counts is None or had is None or not rnd.pool.fits(counts, had):
+        return None
+    return had if d.throughput(had) >= d.throughput(rnd.prop(counts)) - 1e-12 else None
+
+
+def _reserved(rnd: Round, d: Demand) -> Counts:
+    counts = rnd.pool.reserved_counts(d.job.id)
+    assert counts is not None
+    return counts
 
 
 def _points(rnd: Round, d: Demand) -> tuple[tuple[PerGpu, float], ...]:
@@ -100,12 +141,17 @@ def _grid_points(matrix: SensitivityMatrix, prop: PerGpu) -> tuple[tuple[PerGpu,
     return tuple((p, w) for p, w in scored if w >= floor - 1e-12)
 
 
-def ideal_shares(rnd: Round) -> list[PerGpu]:
-    """The ILP (8-12): each runnable job's best CPUs and memory per GPU on the super-machine."""
+def ideal_shares(rnd: Round, fixed: Mapping[str, PerGpu] | None = None) -> list[PerGpu]:
+    """The ILP (8-12): each runnable job's best CPUs and memory per GPU on the super-machine
+    (a job in ``fixed`` has that one share)."""
     nodes = rnd.pool.nodes
     cap_cpus = float(sum(n.cpus for n in nodes))
     cap_mem = float(sum(n.mem_gb for n in nodes))
-    points = [_points(rnd, d) for d in rnd.demands]
+    fixed = fixed or {}
+    points = [
+        ((fixed[d.job.id], d.throughput(fixed[d.job.id])),) if d.job.id in fixed else _points(rnd, d)
+        for d in rnd.demands
+    ]
     n_vars = sum(len(p) for p in points)
     objective = np.empty(n_vars)
     cpu_row = np.empty(n_vars)

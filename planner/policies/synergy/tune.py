@@ -15,9 +15,21 @@ When a job does not fit:
 So no job ever runs slower than under GPU-proportional allocation (the invariant the
 tests check), and at worst every job gets exactly that allocation.
 
-A running job keeps its share where that already gives it all it wants, or, when its wish
-does not fit, where the share is within the proportional one and runs as fast (what step 2
-left it): re-planning gives it no reshape, and no restart, for nothing.
+A round is packed in three passes, so that re-planning an applied round changes nothing:
+
+1. *keep*: a running job keeps its share where that already gives it all it wants, or where
+   the share is within the proportional one and runs as fast (what step 2 left it);
+2. *place*: every other job is packed by the rules above, in the order above; then a job
+   the placement stage left waiting for GPUs, in its priority order, where the best fit
+   left its GPUs free (the placement's own packing had not: the next round's placement
+   would start it, for no new reason);
+3. *upgrade*: a job below its wish gets it where it now fits, in the same order.
+
+Packing running jobs by the rules in one pass (wish first) let a job that step 2 had
+switched back take its wish again the next round, before the new job that needed the room
+was placed, so that job switched a peer back in turn: a reshape, and a restart, for nothing
+every round. With the passes, a job not upgraded in pass 3 met at least the free room the
+round ends with, so planning the applied round again upgrades nobody.
 
 Running jobs keep their GPUs (§4.3's lease renewal). If re-packing the new jobs'
 GPUs in this order ever fails where the placement stage succeeded (it can, for jobs
@@ -79,6 +91,7 @@ class TuneShaping(SynergyShaping):
     """Synergy-Tune: best-fit packing with a proportional-share floor for every job."""
 
     component = "tune"
+    fills_freed_gpus = True
 
     def allocate(self, rnd: Round) -> None:
         everywhere = proportional_per_gpu(rnd.pool.nodes) if rnd.pool.nodes else PerGpu(0, 0.0)
@@ -88,10 +101,26 @@ class TuneShaping(SynergyShaping):
             enumerate(rnd.demands),
             key=lambda kd: (not kd[1].kept, -kd[1].job.num_gpus, *_negated(kd[1].wish(everywhere)), kd[0]),
         )
-        for _, d in order:
-            if not self.place(rnd, d):
-                self.on_placement_gpus(rnd)
-                return
+        if not self.pack(rnd, [d for _, d in order]):
+            self.on_placement_gpus(rnd)
+
+    def pack(self, rnd: Round, order: list[Demand]) -> bool:
+        """The passes over ``order``; False where a job's GPUs found no room (pass 2)."""
+        kept = set()
+        for d in order:
+            if _keeps_its_share(rnd, d):
+                counts = rnd.pool.reserved_counts(d.job.id)
+                assert counts is not None and d.had is not None
+                commit(rnd, d, counts, d.had)
+                kept.add(d.job.id)
+        for d in order:
+            if d.job.id not in kept and not self.place(rnd, d):
+                return False
+        for d in rnd.waiting:  # GPUs the best fit left free for a job the placement could not hold
+            self.place(rnd, d)
+        for d in order:
+            upgrade(rnd, d)
+        return True
 
     def place(self, rnd: Round, d: Demand) -> bool:
         spot = (
@@ -120,9 +149,32 @@ class TuneShaping(SynergyShaping):
         again = Round(rnd.snapshot, rnd.demands, Pool(rnd.snapshot.nodes))
         for d in rnd.demands:
             again.pool.reserve(d.job.id, d.base.gpus)
-        for d in sorted(rnd.demands, key=lambda d: (-d.job.num_gpus, d.job.id)):
-            self.place(again, d)
+        self.pack(again, sorted(rnd.demands, key=lambda d: (-d.job.num_gpus, d.job.id)))
         rnd.pool = again.pool
+
+
+def _keeps_its_share(rnd: Round, d: Demand) -> bool:
+    """Pass 1: a running job kept on its GPUs whose share is all it wants or fair, and still fits
+    beside the jobs kept before it."""
+    counts = rnd.pool.reserved_counts(d.job.id)
+    if not d.kept or counts is None or d.had is None:
+        return False
+    if not (_has_all_it_wants(rnd, d) or _has_a_fair_share(rnd, d)):
+        return False
+    return rnd.pool.fits(counts, d.had)
+
+
+def upgrade(rnd: Round, d: Demand) -> None:
+    """Pass 3: a placed job that runs slower than at its wish gets the wish where it fits."""
+    held = rnd.pool.held.get(d.job.id)
+    if held is None:
+        return
+    wish = d.wish(rnd.prop(held.counts))
+    if d.throughput(held.share) >= d.throughput(wish) - 1e-12:
+        return
+    extra = PerGpu(max(wish.cpus - held.share.cpus, 0), max(wish.mem_gb - held.share.mem_gb, 0.0))
+    if rnd.pool.fits(held.counts, extra):
+        rnd.pool.reshare(d.job.id, wish)
 
 
 def _negated(share: PerGpu) -> tuple[int, float]:

@@ -216,6 +216,7 @@ def main() -> None:
     parser.add_argument("--presets", default=",".join(PRESET_NAMES))
     parser.add_argument("--two-jobs", action="store_true", help="the T5 + RoBERTa micro-benchmark")
     parser.add_argument("--plan-audit", metavar="WORKLOAD", help="rubick's plan picks against the truth")
+    parser.add_argument("--name", default="rubick_table4", help="result file name (default rubick_table4)")
     args = parser.parse_args()
     if args.two_jobs:
         write_result("rubick_two_jobs", {"command": "benchmarks/rubick.py --two-jobs", **two_jobs()})
@@ -243,9 +244,10 @@ def main() -> None:
                     k: r[k] / base[k] for k in ("avg_jct_h", "p99_jct_h", "makespan_h") if base[k]
                 }
     write_result(
-        "rubick_table4",
+        args.name,
         {
-            "command": f"benchmarks/rubick.py --workloads {args.workloads} --presets {args.presets}",
+            "command": f"benchmarks/rubick.py --workloads {args.workloads} --presets {args.presets}"
+            + ("" if args.name == "rubick_table4" else f" --name {args.name}"),
             "cluster": "etc/clusters/rubick-64.toml",
             "sim": {"round_s": 360.0, "restart_cost_s": 30.0},
             "mt_tenants": {t.name: t.gpu_quota for t in MT_TENANTS},

@@ -94,8 +94,7 @@ class OptShaping(SynergyShaping):
             if not place(d):
                 tune.on_placement_gpus(rnd)
                 return
-        for d in rnd.waiting:  # as Tune: GPUs the placement could not give it are free now
-            tune.place(rnd, d)
+        tune.start_waiting(rnd)  # as Tune: GPUs the placement could not give them may be free
         # Pass 3: what a server has left goes to its jobs below their best case (Tune's
         # upgrade), so that the next round, with every job kept, has nothing to upgrade.
         for d in rnd.demands:

@@ -61,6 +61,9 @@ class Pool:
         for node, k in self.reserved.pop(job_id, ()):
             self.free_gpus[node].add(k)
 
+    def free_gpu_count(self) -> int:
+        return sum(len(free) for free in self.free_gpus.values())
+
     def has_gpus(self, job_id: str, counts: Counts) -> bool:
         """Whether ``counts`` can be taken by ``job_id`` (its own kept GPUs count as free)."""
         if self.reserved_counts(job_id) == counts:

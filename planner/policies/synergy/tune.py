@@ -116,8 +116,7 @@ class TuneShaping(SynergyShaping):
         for d in order:
             if d.job.id not in kept and not self.place(rnd, d):
                 return False
-        for d in rnd.waiting:  # GPUs the best fit left free for a job the placement could not hold
-            self.place(rnd, d)
+        self.start_waiting(rnd)
         for d in order:
             upgrade(rnd, d)
         return True
@@ -143,6 +142,13 @@ class TuneShaping(SynergyShaping):
             return False
         commit(rnd, d, counts, share)
         return True
+
+    def start_waiting(self, rnd: Round) -> None:
+        """Jobs the placement could not hold, in its order, where the best fit left GPUs free."""
+        free = rnd.pool.free_gpu_count()
+        for d in rnd.waiting:
+            if d.job.num_gpus <= free and self.place(rnd, d):
+                free = rnd.pool.free_gpu_count()
 
     def on_placement_gpus(self, rnd: Round) -> None:
         """Start over with every job on the GPUs the placement stage gave it."""

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from planner import plan_round
 from planner.errors import ConfigError
-from planner.model import Assignment, Node, Outcome, RoundPlan, Snapshot
+from planner.model import Assignment, JobState, Node, Outcome, RoundPlan, Snapshot
 from planner.policies.synergy.demand import PerGpu, best_case_per_gpu, proportional_per_gpu
 from planner.validate import plan_violations
 from profiles.schema import SensitivityMatrix
@@ -178,6 +178,48 @@ def test_tune_on_the_placements_gpus_keeps_no_share_a_moved_job_had_elsewhere() 
     shaped = stage._draft(rnd, draft)
     assert plan_violations(snapshot, RoundPlan(assignments=shaped.assignments), 1) == []
     assert sum(a.cpus for a in shaped.assignments.values()) <= small.cpus
+
+
+def _tune_shape(snapshot: Snapshot, assigned: dict[str, Assignment], waiting: list[str]):
+    """Tune on a hand-made draft: ``assigned`` kept or placed, ``waiting`` left for want of GPUs."""
+    from planner.policies.synergy.tune import TuneShaping
+    from planner.stages import Draft
+
+    outcomes = {**dict.fromkeys(assigned, Outcome.KEPT), **dict.fromkeys(waiting, Outcome.NO_CAPACITY)}
+    return TuneShaping(0.05, profiles()).shape(snapshot, Draft(dict(assigned), outcomes))
+
+
+def test_tune_starts_two_waiting_jobs_where_the_second_switches_the_first_back() -> None:
+    # Found by a random search over Tune's rounds: the second waiting job needed room and Tune
+    # switched back a peer it knew no demand for (the first waiting job): a KeyError.
+    node = Node("n", 2, "v100", 10, 200.0)
+    snapshot = make_snapshot([node], [make_job(0, model="m5"), make_job(1, model="resnet50")])
+    shaped = _tune_shape(snapshot, {}, ["0", "1"])
+    assert set(shaped.assignments) == {"0", "1"}
+    assert plan_violations(snapshot, RoundPlan(assignments=shaped.assignments), 1) == []
+
+
+def test_tune_upgrades_until_a_whole_pass_upgrades_nobody() -> None:
+    # Found by the same search: resnet18's wish (9 CPUs, 62.5 GB) holds less memory than the
+    # proportional share it replaced (6, 100), which made room for m5's wish (6, 187.5) after
+    # m5 had been tried; the next round upgraded m5, a reshape for nothing.
+    node = Node("n", 4, "v100", 24, 400.0)
+    jobs = [
+        running(make_job(0, model="alexnet"), [("n", 0)], cpus=4, mem_gb=62.5),
+        running(make_job(1, model="m5"), [("n", 1)], cpus=8, mem_gb=40.0),
+        make_job(2, model="resnet18"),
+        make_job(3, model="gnmt"),
+        make_job(4, model="m5"),
+    ]
+    snapshot = make_snapshot([node], jobs)
+    first = _tune_shape(snapshot, {j.id: j.assignment for j in jobs if j.assignment}, ["2", "3", "4"])
+    assert first.assignments["1"].mem_gb == 187.5
+    placed = first.assignments
+    applied = [
+        replace(j, state=JobState.RUNNING, assignment=placed[j.id]) if j.id in placed else j for j in jobs
+    ]
+    again = _tune_shape(make_snapshot([node], applied), dict(first.assignments), ["4"])
+    assert again.assignments == first.assignments
 
 
 # -- properties ---------------------------------------------------------------------------------

@@ -86,8 +86,11 @@ class Round:
     skipped: dict[str, Outcome] = field(default_factory=dict)
     keep_types: bool = True  # jobs stay on their drafted GPU type (drafted_type)
     # Jobs the placement left waiting for GPUs, in its priority order, that a mechanism
-    # packing GPUs more tightly than the placement may start (SynergyShaping.fills_freed_gpus).
-    waiting: list[Demand] = field(default_factory=list)
+    # packing GPUs more tightly than the placement may start (SynergyShaping.fills_freed_gpus),
+    # and those it started. A queue holds thousands of waiting jobs while a round rarely has
+    # GPUs left for them: their demands are built only for the jobs tried.
+    waiting: list[Job] = field(default_factory=list)
+    started: list[Demand] = field(default_factory=list)
 
     def prop(self, counts: Counts) -> PerGpu:
         return proportional_per_gpu([self.pool.by_name[n] for n, _ in counts])
@@ -139,27 +142,29 @@ class SynergyShaping:
             kept = job.is_running and job.assignment is not None and job.assignment.gpus == a.gpus
             if kept:
                 pool.reserve(job_id, a.gpus)
-            matrix = self.profiles.resolve(job.model).sensitivity
-            best = None if matrix is None else best_case_per_gpu(matrix, self.tolerance)
-            demands.append(Demand(job, a, kept, matrix, best))
+            demands.append(self.demand(job, a, kept))
         waiting = []
         if self.beyond_runnable_set or self.fills_freed_gpus:
-            for job_id, outcome in draft.outcomes.items():  # the placement's priority order
-                if job_id in draft.assignments or outcome not in _WAITING_FOR_GPUS:
-                    continue
-                job = jobs[job_id]
-                matrix = self.profiles.resolve(job.model).sensitivity
-                best = None if matrix is None else best_case_per_gpu(matrix, self.tolerance)
-                waiting.append(Demand(job, Assignment((), 0, 0.0, job.plan), False, matrix, best))
+            waiting = [
+                jobs[job_id]
+                for job_id, outcome in draft.outcomes.items()  # the placement's priority order
+                if job_id not in draft.assignments and outcome in _WAITING_FOR_GPUS
+            ]
         if self.beyond_runnable_set:
-            return Round(snapshot, demands + waiting, pool, keep_types=False)
+            return Round(snapshot, demands + [self.demand(j) for j in waiting], pool, keep_types=False)
         return Round(snapshot, demands, pool, waiting=waiting)
+
+    def demand(self, job: Job, base: Assignment | None = None, kept: bool = False) -> Demand:
+        """``job``'s demand; ``base=None``: a job the placement gave no GPUs."""
+        matrix = self.profiles.resolve(job.model).sensitivity
+        best = None if matrix is None else best_case_per_gpu(matrix, self.tolerance)
+        return Demand(job, Assignment((), 0, 0.0, job.plan) if base is None else base, kept, matrix, best)
 
     @staticmethod
     def _draft(rnd: Round, draft: Draft) -> Draft:
         assignments: dict[str, Assignment] = {}
         outcomes = dict(draft.outcomes)
-        for d in (*rnd.demands, *rnd.waiting):
+        for d in (*rnd.demands, *rnd.started):
             held: Held | None = rnd.pool.held.get(d.job.id)
             if held is None:
                 if d.job.id in draft.assignments:  # beyond the runnable set, it keeps its reason

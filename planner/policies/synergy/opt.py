@@ -33,7 +33,7 @@ from scipy.sparse import coo_matrix
 from planner.policies.synergy.base import Demand, Round, SynergyShaping, commit, drafted_type
 from planner.policies.synergy.demand import PerGpu, proportional_per_gpu
 from planner.policies.synergy.pool import Counts
-from planner.policies.synergy.tune import TuneShaping, upgrade
+from planner.policies.synergy.tune import TuneShaping, upgrade_all
 from planner.stages import SHAPINGS
 from profiles.schema import SensitivityMatrix
 
@@ -55,7 +55,13 @@ class OptShaping(SynergyShaping):
         # as fast as its proportional one keeps it, and the ILP counts it as fixed. Re-solving
         # the ILP for running jobs moved their shares round after round for nothing (its
         # super-machine and the servers' proportional floors change as jobs move).
-        kept = {d.job.id: share for d in rnd.demands if (share := _kept_share(rnd, d)) is not None}
+        kept: dict[str, PerGpu] = {}
+        for d in rnd.demands:
+            counts = rnd.pool.reserved_counts(d.job.id)
+            share = _fair_share(rnd, d)
+            if counts is not None and share is not None and rnd.pool.fits(counts, share):
+                commit(rnd, d, counts, share)
+                kept[d.job.id] = share
         shares = ideal_shares(rnd, kept)
         chosen = {d.job.id: share for d, share in zip(rnd.demands, shares, strict=True)}
         tune = TuneShaping(self.tolerance, self.profiles)
@@ -63,13 +69,6 @@ class OptShaping(SynergyShaping):
         def place(d: Demand) -> bool:
             return tune.place(rnd, Demand(d.job, d.base, d.kept, d.matrix, chosen[d.job.id]))
 
-        for d in rnd.demands:
-            share = kept.get(d.job.id)
-            if share is not None:
-                if rnd.pool.fits(_reserved(rnd, d), share):
-                    commit(rnd, d, _reserved(rnd, d), share)
-                else:  # a node that shrank under its running jobs: Tune's rules then
-                    del kept[d.job.id]
         # Pass 2: other running jobs renew their GPUs with the ILP's share where it fits there,
         # else Tune's rules (never below proportional); then the LP places whole jobs and
         # Tune's rules the rest.
@@ -97,23 +96,16 @@ class OptShaping(SynergyShaping):
         tune.start_waiting(rnd)  # as Tune: GPUs the placement could not give them may be free
         # Pass 3: what a server has left goes to its jobs below their best case (Tune's
         # upgrade), so that the next round, with every job kept, has nothing to upgrade.
-        for d in rnd.demands:
-            upgrade(rnd, d)
+        upgrade_all(rnd, [*rnd.demands, *rnd.started])
 
 
-def _kept_share(rnd: Round, d: Demand) -> PerGpu | None:
-    """Pass 1: the share of a running job on its GPUs, if as fast as proportional and it fits."""
+def _fair_share(rnd: Round, d: Demand) -> PerGpu | None:
+    """Pass 1: the share of a running job on its GPUs, if at least as fast as proportional."""
     counts = rnd.pool.reserved_counts(d.job.id)
     had = d.had
-    if not d.kept or counts is None or had is None or not rnd.pool.fits(counts, had):
+    if not d.kept or counts is None or had is None:
         return None
     return had if d.throughput(had) >= d.throughput(rnd.prop(counts)) - 1e-12 else None
-
-
-def _reserved(rnd: Round, d: Demand) -> Counts:
-    counts = rnd.pool.reserved_counts(d.job.id)
-    assert counts is not None
-    return counts
 
 
 def _points(rnd: Round, d: Demand) -> tuple[tuple[PerGpu, float], ...]:

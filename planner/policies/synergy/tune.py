@@ -23,13 +23,14 @@ A round is packed in three passes, so that re-planning an applied round changes 
    the placement stage left waiting for GPUs, in its priority order, where the best fit
    left its GPUs free (the placement's own packing had not: the next round's placement
    would start it, for no new reason);
-3. *upgrade*: a job below its wish gets it where it now fits, in the same order.
+3. *upgrade*: a job below its wish gets it where it now fits, in the same order (the
+   waiting jobs started last), until a whole pass upgrades nobody.
 
 Packing running jobs by the rules in one pass (wish first) let a job that step 2 had
 switched back take its wish again the next round, before the new job that needed the room
 was placed, so that job switched a peer back in turn: a reshape, and a restart, for nothing
-every round. With the passes, a job not upgraded in pass 3 met at least the free room the
-round ends with, so planning the applied round again upgrades nobody.
+every round. With the passes, planning the applied round again keeps every job in pass 1
+and meets in pass 3 the very room in which the last upgrade pass upgraded nobody.
 
 Running jobs keep their GPUs (§4.3's lease renewal). If re-packing the new jobs'
 GPUs in this order ever fails where the placement stage succeeded (it can, for jobs
@@ -117,8 +118,7 @@ class TuneShaping(SynergyShaping):
             if d.job.id not in kept and not self.place(rnd, d):
                 return False
         self.start_waiting(rnd)
-        for d in order:
-            upgrade(rnd, d)
+        upgrade_all(rnd, [*order, *rnd.started])
         return True
 
     def place(self, rnd: Round, d: Demand) -> bool:
@@ -144,10 +144,14 @@ class TuneShaping(SynergyShaping):
         return True
 
     def start_waiting(self, rnd: Round) -> None:
-        """Jobs the placement could not hold, in its order, where the best fit left GPUs free."""
+        """Jobs the placement could not hold, in its order, where the best fit left GPUs free
+        (into ``rnd.started``)."""
         free = rnd.pool.free_gpu_count()
-        for d in rnd.waiting:
-            if d.job.num_gpus <= free and self.place(rnd, d):
+        for job in rnd.waiting:
+            if not free:
+                break
+            if job.num_gpus <= free and self.place(rnd, d := self.demand(job)):
+                rnd.started.append(d)
                 free = rnd.pool.free_gpu_count()
 
     def on_placement_gpus(self, rnd: Round) -> None:
@@ -170,17 +174,28 @@ def _keeps_its_share(rnd: Round, d: Demand) -> bool:
     return rnd.pool.fits(counts, d.had)
 
 
-def upgrade(rnd: Round, d: Demand) -> None:
-    """Pass 3: a placed job that runs slower than at its wish gets the wish where it fits."""
+def upgrade_all(rnd: Round, order: list[Demand]) -> None:
+    """Pass 3, in ``order`` and again until a whole pass upgrades nobody: a wish can hold less
+    of one resource than the share it replaces (9 CPUs and 62.5 GB for 6 and 100), so an
+    upgrade can make room for a job tried before it. Each job is upgraded at most once (at its
+    wish it has all it wants), and the round ends where planning it again upgrades nobody."""
+    while any([upgrade(rnd, d) for d in order]):
+        pass
+
+
+def upgrade(rnd: Round, d: Demand) -> bool:
+    """A placed job that runs slower than at its wish gets the wish where it fits."""
     held = rnd.pool.held.get(d.job.id)
     if held is None:
-        return
+        return False
     wish = d.wish(rnd.prop(held.counts))
     if d.throughput(held.share) >= d.throughput(wish) - 1e-12:
-        return
+        return False
     extra = PerGpu(max(wish.cpus - held.share.cpus, 0), max(wish.mem_gb - held.share.mem_gb, 0.0))
-    if rnd.pool.fits(held.counts, extra):
-        rnd.pool.reshare(d.job.id, wish)
+    if not rnd.pool.fits(held.counts, extra):
+        return False
+    rnd.pool.reshare(d.job.id, wish)
+    return True
 
 
 def _negated(share: PerGpu) -> tuple[int, float]:
@@ -200,7 +215,7 @@ def _tightest_gpus(rnd: Round, d: Demand) -> Counts | None:
 
 def _free_up(rnd: Round, counts: Counts, share: PerGpu) -> None:
     """Switch peers above their proportional share back to it until ``share`` fits."""
-    demands = {d.job.id: d for d in rnd.demands}
+    demands = {d.job.id: d for d in (*rnd.demands, *rnd.started)}
     for node, g in counts:
         peers = []
         for job_id in rnd.pool.jobs_on(node):

@@ -205,6 +205,20 @@ PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(
         ),
         # Crius §8.5: deadline-aware (a Cell must finish the job by its deadline; ElasticFlow's
         # admission of the minimum satisfactory share; hopeless jobs dropped).
+        # Everything composed (planner/policies/mosaic/rules.py says which stage owns what):
+        # guaranteed jobs within their tenant's quota first, then 2D-LAS with declared time
+        # limits as a bound (never the true run times); wise sharing of rigid best-effort jobs
+        # (SJF-BSBF's Theorem 1); CPUs and memory by Synergy-Tune; plans and resources by Rubick,
+        # GPU types and counts by Crius, each for the jobs it fits; Tesserae's relabelling last.
+        "mosaic": SchedulerConfig(
+            name="mosaic",
+            policy="mosaic",
+            placement="shared-consolidated",
+            packing="mosaic",
+            shaping="tune",
+            reconfiguration="mosaic",
+            migration="tesserae",
+        ),
         "crius-ddl": SchedulerConfig(
             name="crius-ddl",
             trigger="event",

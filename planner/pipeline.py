@@ -16,6 +16,7 @@ from planner.stages import (
     Demand,
     Draft,
     HoldBack,
+    Lens,
     Migration,
     Ordering,
     Packing,
@@ -47,10 +48,19 @@ class Scheduler:
     max_jobs_per_gpu: int = 1
 
     def view(self, snapshot: Snapshot) -> Snapshot:
-        """``snapshot`` as this scheduler plans it: its reconfiguration stage's
-        :class:`~planner.stages.Demand` applied when it has one (else ``snapshot`` itself)."""
+        """``snapshot`` as this scheduler plans it: its ordering's :class:`~planner.stages.Lens`
+        and its reconfiguration stage's :class:`~planner.stages.Demand` applied, where it has
+        them (else ``snapshot`` itself)."""
+        lens = self._lens
+        if lens is not None:
+            snapshot = lens.lens(snapshot)
         stage = self._demand_stage
         return stage.demand(snapshot) if stage is not None else snapshot
+
+    @cached_property
+    def _lens(self) -> Lens | None:
+        ordering = self.ordering
+        return ordering if isinstance(ordering, Lens) else None
 
     def hold_back(self, snapshot: Snapshot, ordered: Sequence[Job]) -> Mapping[str, Outcome]:
         """Waiting jobs its reconfiguration stage keeps from the placement

@@ -132,6 +132,21 @@ class Demand(Protocol):
 
 
 @runtime_checkable
+class Lens(Protocol):
+    """Optional, for an ordering stage: what the whole scheduler may know of the jobs.
+
+    ``lens(snapshot)`` returns the snapshot every stage of the round plans from (the
+    ``mosaic`` ordering's: declared time limits instead of the true run times, and running
+    jobs at their restart bound made non-preemptible, :mod:`planner.policies.mosaic.view`).
+    It changes no job's demand, returns the same object when it changes nothing, and is
+    deterministic; :meth:`planner.pipeline.Scheduler.view` applies it before the
+    reconfiguration stage's :class:`Demand`.
+    """
+
+    def lens(self, snapshot: Snapshot) -> Snapshot: ...
+
+
+@runtime_checkable
 class HoldBack(Protocol):
     """Optional, for a reconfiguration stage: waiting jobs the placement must not draft.
 

@@ -1,0 +1,177 @@
+"""The ``mosaic`` packing and reconfiguration stages: the papers' mechanisms on the jobs they fit.
+
+Who owns which decision is :mod:`.rules`; this module carries it out.
+
+* :class:`MosaicPacking` is SJF-BSBF's wise sharing (Theorem 1, §IV) restricted to rigid
+  best-effort jobs, as guests and as hosts: an elastic job's GPUs are decided later in the
+  round (by Rubick or Crius), and a pair on them would not survive that.
+* :class:`MosaicReconfiguration` runs Rubick's joint allocation (§5) on the jobs Rubick
+  decides, with the jobs Crius decides shown to it as they are (running ones rigid on their
+  GPUs, waiting ones not at all), then Crius's Cell search (§6.1) on its jobs with every other
+  job's GPUs fixed, then gives back CPUs and memory where the two took them from jobs the
+  shaping stage (Synergy-Tune) had given more than their proportional share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Self
+
+from planner.model import Assignment, Job, Outcome, Snapshot
+from planner.policies.common import options_reader
+from planner.policies.crius.policy import CriusAllocation
+from planner.policies.mosaic.rules import cluster_types, crius_decides, shares_gpus
+from planner.policies.rubick.allocation import RubickAllocation
+from planner.policies.shaping import proportional_share
+from planner.policies.sharing import BestSharingBenefitFirst
+from planner.registry import StageContext
+from planner.stages import PACKINGS, RECONFIGURATIONS, Draft
+
+
+@PACKINGS.register("mosaic")
+@dataclass(frozen=True)
+class MosaicPacking:
+    """SJF-BSBF's packing over rigid best-effort jobs only (options: ``bsbf``'s)."""
+
+    inner: BestSharingBenefitFirst
+    max_jobs_per_gpu: ClassVar[int] = 2
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
+        return cls(BestSharingBenefitFirst.from_options(options, context))
+
+    def pack(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft:
+        others = {j.id for j in ordered if not shares_gpus(j)}
+        if len(others) == len(ordered):
+            return draft
+        mine = [j for j in ordered if j.id not in others]
+        shown = Draft({i: a for i, a in draft.assignments.items() if i not in others}, draft.outcomes)
+        packed = self.inner.pack(snapshot, mine, shown)
+        if packed is shown:
+            return draft
+        merged = {**draft.assignments, **packed.assignments}
+        return Draft({j.id: merged[j.id] for j in ordered if j.id in merged}, packed.outcomes)
+
+
+@RECONFIGURATIONS.register("mosaic")
+@dataclass(frozen=True)
+class MosaicReconfiguration:
+    """Options: ``rubick`` (a table of the ``rubick`` stage's options), ``crius`` (of the
+    ``crius`` stage's; ``scale`` is not allowed: ``mosaic`` widens no job's demand),
+    ``restart_cost_s`` (30, given to both unless their tables set it)."""
+
+    rubick: RubickAllocation
+    crius: CriusAllocation
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
+        f = options_reader(options, "mosaic reconfiguration", ["rubick", "crius", "restart_cost_s"])
+        cost = f.opt_float("restart_cost_s", minimum=0.0)
+        rubick_options = dict(f.opt_object("rubick") or {})
+        crius_options = dict(f.opt_object("crius") or {})
+        if "scale" in crius_options:
+            f.fail_key("crius", "'scale' widens jobs' demands; mosaic schedules jobs as they declare them")
+        if cost is not None:
+            rubick_options.setdefault("restart_cost_s", cost)
+            crius_options.setdefault("restart_cost_s", cost)
+        return cls(
+            RubickAllocation.from_options(rubick_options, context),
+            CriusAllocation.from_options(crius_options, context),
+        )
+
+    def hold_back(self, snapshot: Snapshot, ordered: Sequence[Job]) -> Mapping[str, Outcome]:
+        """Rubick's hold-back (no plan fits GPU memory at the shape asked), for its jobs."""
+        types = cluster_types(snapshot)
+        return self.rubick.hold_back(snapshot, [j for j in ordered if not crius_decides(j, types)])
+
+    def reconfigure(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft:
+        types = cluster_types(snapshot)
+        crius_ids = {j.id for j in ordered if crius_decides(j, types)}
+        if crius_ids:
+            draft = self._rubick(snapshot, ordered, draft, crius_ids)
+            draft = self._crius(snapshot, ordered, draft, crius_ids)
+        else:
+            draft = self.rubick.reconfigure(snapshot, ordered, draft)
+        return _within_nodes(snapshot, ordered, draft)
+
+    def _rubick(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft, crius_ids: set[str]) -> Draft:
+        """Rubick's round with Crius's running jobs rigid on their GPUs and its waiting ones out."""
+        waiting = {j.id for j in ordered if j.id in crius_ids and not j.is_running}
+        shown = [_rigid(j) if j.id in crius_ids else j for j in ordered if j.id not in waiting]
+        by_id = {j.id: j for j in shown}
+        view = replace(snapshot, jobs=tuple(by_id.get(j.id, j) for j in snapshot.jobs if j.id not in waiting))
+        kept = Draft(
+            {i: a for i, a in draft.assignments.items() if i not in waiting},
+            {i: o for i, o in draft.outcomes.items() if i not in waiting},
+        )
+        done = self.rubick.reconfigure(view, shown, kept)
+        outcomes = {**{i: o for i, o in draft.outcomes.items() if i in waiting}, **done.outcomes}
+        return Draft(done.assignments, outcomes)
+
+    def _crius(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft, crius_ids: set[str]) -> Draft:
+        """Crius's round on its jobs; every other job is rigid (so not decided) and waiting
+        ones it does not own are not shown (its backfill would place them)."""
+        shown = [
+            j if j.id in crius_ids else _rigid(j)
+            for j in ordered
+            if j.id in crius_ids or j.id in draft.assignments
+        ]
+        by_id = {j.id: j for j in shown}
+        view = replace(snapshot, jobs=tuple(by_id[j.id] for j in snapshot.jobs if j.id in by_id))
+        done = self.crius.reconfigure(view, shown, draft)
+        return Draft(
+            {j.id: done.assignments[j.id] for j in ordered if j.id in done.assignments},
+            {**draft.outcomes, **done.outcomes},
+        )
+
+
+def _rigid(job: Job) -> Job:
+    """``job`` as a stage that must not change its shape sees it: rigid, on what it holds."""
+    if not job.elastic and not job.candidate_plans:
+        return job
+    a = job.assignment
+    count = a.num_gpus if job.is_running and a is not None else job.num_gpus
+    return replace(job, num_gpus=count, min_gpus=None, max_gpus=None, gpu_types=(), candidate_plans=())
+
+
+def _within_nodes(snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft:
+    """Where a node's CPUs or memory are over-committed (a job Rubick or Crius placed took what
+    Synergy-Tune had given a neighbour beyond its proportional share), switch the most generous
+    neighbours back to their proportional share (Tune's rule 2, Synergy §4.2) until it fits.
+    Every job at most at its proportional share always fits."""
+    nodes = snapshot.nodes_by_name
+    used_cpus: dict[str, float] = {}
+    used_mem: dict[str, float] = {}
+    for a in draft.assignments.values():
+        for name, cpus, mem in a.node_shares():
+            used_cpus[name] = used_cpus.get(name, 0) + cpus
+            used_mem[name] = used_mem.get(name, 0.0) + mem
+    over = [
+        n for n in sorted(used_cpus) if used_cpus[n] > nodes[n].cpus or used_mem[n] > nodes[n].mem_gb + 1e-6
+    ]
+    if not over:
+        return draft
+    assignments = dict(draft.assignments)
+    for name in over:
+        extras = []
+        for job_id, a in assignments.items():
+            if name not in a.nodes:
+                continue
+            sharers = 2 if a.shares_with else 1
+            cpus, mem = proportional_share(nodes, a, sharers)
+            if a.cpus > cpus or a.mem_gb > mem + 1e-6:
+                extras.append((-(a.cpus - cpus), -(a.mem_gb - mem), job_id, cpus, mem))
+        for _, _, job_id, cpus, mem in sorted(extras):
+            if used_cpus[name] <= nodes[name].cpus and used_mem[name] <= nodes[name].mem_gb + 1e-6:
+                break
+            a = assignments[job_id]
+            new = Assignment(a.gpus, min(a.cpus, max(1, cpus)), min(a.mem_gb, mem), a.plan, a.shares_with)
+            for node, c, m in a.node_shares():
+                used_cpus[node] -= c
+                used_mem[node] -= m
+            for node, c, m in new.node_shares():
+                used_cpus[node] += c
+                used_mem[node] += m
+            assignments[job_id] = new
+    return Draft({j.id: assignments[j.id] for j in ordered if j.id in assignments}, draft.outcomes)

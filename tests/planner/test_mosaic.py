@@ -1,0 +1,251 @@
+"""The ``mosaic`` scheduler: the conflict rules' invariants on random clusters and queues."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner import plan_round
+from planner.config import Tenant, build_scheduler, preset
+from planner.errors import ConfigError
+from planner.model import Assignment, Job, JobState, Node, Snapshot
+from planner.pipeline import Scheduler
+from planner.policies.mosaic.ordering import bound_bucket
+from planner.policies.mosaic.rules import crius_decides, shares_gpus
+from planner.policies.mosaic.view import DeclaredView, RestartRule, declared_remaining_s
+from planner.validate import plan_violations
+from tests.builders import make_job, make_node, profiles, running
+
+TENANTS = (Tenant("prod", 8), Tenant("research", 4))
+TYPES = ("a100", "v100")
+# (model, global batch, GPU types it may take, whether it has a plan space): Crius's models
+# on several types, Rubick's with plans, and Synergy / Tesserae jobs of the built-in profiles.
+KINDS = (
+    ("moe_1.3B", 256, TYPES, False),
+    ("bert_760M", 256, TYPES, False),
+    ("gpt2", 32, (), True),
+    ("resnet50", 128, (), False),
+    ("transformer", 16, (), False),
+    ("unknown-model", None, (), False),
+)
+
+
+def mosaic(**options: object) -> Scheduler:
+    config = replace(preset("mosaic"), tenants=TENANTS)
+    if options:
+        config = replace(config, options={**config.options, "policy": dict(options)})
+    return build_scheduler(config, profiles())
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> Snapshot:
+    """1-4 nodes of 4 or 8 GPUs over two types, and up to 16 jobs of the kinds above: rigid,
+    elastic in count, or accepting both types; some guaranteed, some with time limits; some
+    running on consolidated free GPUs."""
+    nodes = []
+    for i in range(draw(st.integers(1, 4))):
+        gpus = draw(st.sampled_from([4, 8]))
+        nodes.append(Node(f"n{i}", gpus, TYPES[i % 2], gpus * draw(st.integers(2, 8)), gpus * 32.0))
+    free = {n.name: list(range(n.gpus)) for n in nodes}
+    jobs = []
+    for j in range(draw(st.integers(0, 16))):
+        model, batch, types, _ = draw(st.sampled_from(KINDS))
+        g = draw(st.sampled_from([1, 1, 2, 4]))
+        elastic = draw(st.sampled_from(["rigid", "count", "types"])) if types or model == "gpt2" else "rigid"
+        fields: dict = {}
+        if elastic == "count":
+            fields.update(min_gpus=max(1, g // 2), max_gpus=2 * g)
+        if elastic == "types" and types:
+            fields.update(min_gpus=max(1, g // 2), max_gpus=2 * g, gpu_types=types)
+        guaranteed = draw(st.booleans()) and draw(st.booleans())
+        job = Job(
+            id=str(j),
+            num_gpus=g,
+            model=model,
+            submit_time_s=float(draw(st.integers(0, 900))),
+            attained_gpu_s=float(draw(st.sampled_from([0, 0, 600, 5000, 40000]))),
+            duration_s=draw(st.floats(60, 1e5)),
+            remaining_s=draw(st.one_of(st.none(), st.floats(1, 1e5))),
+            batch_size=batch,
+            tenant=draw(st.sampled_from(["prod", "research", None])),
+            guaranteed=guaranteed,
+            time_limit_s=draw(st.one_of(st.none(), st.sampled_from([600.0, 3600.0, 86400.0]))),
+            restarts=draw(st.integers(0, 3)),
+            **fields,
+        )
+        if draw(st.booleans()):
+            fitting = [n for n in nodes if len(free[n.name]) >= g and job.accepts_type(n.gpu_type)]
+            if fitting:
+                n = fitting[0]
+                slots = tuple((n.name, k) for k in free[n.name][:g])
+                free[n.name] = free[n.name][g:]
+                job = replace(job, state=JobState.RUNNING, assignment=Assignment(slots, 1, 1.0))
+        jobs.append(job)
+    return Snapshot(time_s=1000.0, nodes=tuple(nodes), jobs=tuple(jobs))
+
+
+def _applied(snapshot: Snapshot, plan) -> Snapshot:
+    """The snapshot after applying ``plan`` with no time passing."""
+    jobs = []
+    for job in snapshot.jobs:
+        a = plan.assignments.get(job.id)
+        state = plan.policy_state.get(job.id, job.policy_state)
+        if a is not None:
+            restarts = job.restarts + (job.is_running and not a.same_resources(job.assignment))
+            jobs.append(
+                replace(job, state=JobState.RUNNING, assignment=a, policy_state=state, restarts=restarts)
+            )
+        else:
+            pending_since = snapshot.time_s if job.is_running else job.pending_since_s
+            jobs.append(
+                replace(
+                    job,
+                    state=JobState.PENDING,
+                    assignment=None,
+                    policy_state=state,
+                    pending_since_s=pending_since,
+                    restarts=job.restarts + job.is_running,
+                )
+            )
+    return replace(snapshot, jobs=tuple(jobs))
+
+
+def _privileged(plan) -> set[str]:
+    return {i for i, s in plan.policy_state.items() if s.get("privileged")}
+
+
+@settings(max_examples=60, deadline=None)
+@given(snapshots())
+def test_mosaic_plans_are_valid_and_deterministic(snapshot):
+    sched = mosaic()
+    plan = plan_round(snapshot, sched)
+    assert plan_violations(sched.view(snapshot), plan, sched.max_jobs_per_gpu) == []
+    assert set(plan.reasons) == {j.id for j in snapshot.jobs}
+    again = plan_round(snapshot, mosaic())
+    assert again.assignments == plan.assignments
+    assert again.order == plan.order
+
+
+@settings(max_examples=60, deadline=None)
+@given(snapshots())
+def test_mosaic_replanning_an_applied_round_changes_nothing(snapshot):
+    sched = mosaic()
+    first = plan_round(snapshot, sched)
+    second = plan_round(_applied(snapshot, first), sched)
+    assert second.assignments == first.assignments
+    assert second.preempted == second.migrated == second.started == second.reshaped == ()
+
+
+@settings(max_examples=60, deadline=None)
+@given(snapshots(), st.floats(0.5, 20))
+def test_mosaic_never_reads_the_true_run_times(snapshot, factor):
+    changed = replace(
+        snapshot,
+        jobs=tuple(
+            replace(
+                j,
+                duration_s=None if j.duration_s is None else j.duration_s * factor,
+                remaining_s=None if j.remaining_s is None else j.remaining_s * factor,
+                progress=0.5,
+            )
+            for j in snapshot.jobs
+        ),
+    )
+    a, b = plan_round(snapshot, mosaic()), plan_round(changed, mosaic())
+    assert a.assignments == b.assignments
+    assert a.order == b.order
+
+
+@settings(max_examples=60, deadline=None)
+@given(snapshots())
+def test_mosaic_never_shares_or_hands_crius_a_guaranteed_job(snapshot):
+    plan = plan_round(snapshot, mosaic())
+    jobs = {j.id: j for j in snapshot.jobs}
+    for job_id, a in plan.assignments.items():
+        if a.shares_with:
+            assert shares_gpus(jobs[job_id]), job_id
+            assert all(shares_gpus(jobs[o]) for o in a.shares_with)
+    types = frozenset(TYPES)
+    assert not any(crius_decides(j, types) for j in snapshot.jobs if j.guaranteed)
+
+
+@settings(max_examples=60, deadline=None)
+@given(snapshots())
+def test_mosaic_stops_a_running_best_effort_job_only_for_a_privileged_one(snapshot):
+    plan = plan_round(snapshot, mosaic())
+    if plan.preempted:
+        assert _privileged(plan), plan.preempted
+
+
+@settings(max_examples=60, deadline=None)
+@given(snapshots())
+def test_mosaic_ranks_privileged_jobs_first(snapshot):
+    plan = plan_round(snapshot, mosaic())
+    chosen = _privileged(plan)
+    assert set(plan.order[: len(chosen)]) == chosen
+
+
+def test_a_guaranteed_arrival_takes_the_gpus_of_a_best_effort_job():
+    nodes = (make_node("n0", 4, "a100", 32, 128.0),)
+    be = running(
+        make_job("1", 4, 0.0, tenant="research", attained_gpu_s=4e5), [("n0", k) for k in range(4)], 8, 32.0
+    )
+    vip = make_job("2", 4, 100.0, tenant="prod", guaranteed=True)
+    plan = plan_round(Snapshot(2000.0, nodes, (be, vip)), mosaic())
+    assert plan.preempted == ("1",)
+    assert plan.assignments["2"].num_gpus == 4
+
+
+def test_a_waiting_best_effort_job_does_not_stop_a_running_one():
+    nodes = (make_node("n0", 4, "a100", 32, 128.0),)
+    long = running(make_job("1", 4, 0.0, attained_gpu_s=4e5), [("n0", k) for k in range(4)], 8, 32.0)
+    short = make_job("2", 4, 100.0)
+    plan = plan_round(Snapshot(2000.0, nodes, (long, short)), mosaic())
+    assert plan.preempted == ()
+    # With LAS preemption on, the fresh job (queue 0) stops the one with 100 GPU-hours.
+    plan = plan_round(Snapshot(2000.0, nodes, (long, short)), mosaic(las_preemption=True))
+    assert plan.preempted == ("1",)
+
+
+def test_las_preemption_is_charged_and_bounded_per_job():
+    rule = RestartRule(max_restarts=2, restart_cost_s=30.0)
+    slots = [("n0", 0)]
+    # 500 s of training: a restart (30 s) would cost 6 % > 3 %: settled.
+    assert rule.settled(running(make_job("1", attained_gpu_s=500.0), slots))
+    assert not rule.settled(running(make_job("1", attained_gpu_s=5000.0), slots))
+    assert rule.settled(running(make_job("1", attained_gpu_s=5e5, restarts=2), slots))
+    assert not rule.settled(make_job("1", attained_gpu_s=5e5))  # waiting: nothing to stop
+
+
+def test_the_view_replaces_true_run_times_by_the_declared_bound():
+    view = DeclaredView()
+    job = make_job("1", 2, duration_s=500.0, remaining_s=100.0, progress=0.8, attained_gpu_s=1200.0)
+    seen = view.job(replace(job, time_limit_s=3600.0))
+    assert (seen.duration_s, seen.remaining_s, seen.progress) == (3600.0, 3000.0, None)
+    # No limit: what it ran so far (Tiresias' estimate); never ran: unknown.
+    assert view.job(job).remaining_s == 600.0
+    assert declared_remaining_s(make_job("2")) is None
+    snapshot = Snapshot(0.0, (make_node(),), (seen,))
+    assert view.apply(snapshot) is snapshot  # applied twice is applied once
+
+
+def test_the_time_limit_bucket_orders_within_a_queue_only():
+    assert bound_bucket(make_job("1", time_limit_s=60.0), 10080) == 0
+    assert bound_bucket(make_job("1", time_limit_s=3600.0), 10080) == math.ceil(math.log2(60))
+    assert bound_bucket(make_job("1"), 10080) == bound_bucket(make_job("1", time_limit_s=1e7), 10080)
+    nodes = (make_node("n0", 1, "v100"),)
+    jobs = (make_job("1", 1, 0.0), make_job("2", 1, 10.0, time_limit_s=600.0))
+    plan = plan_round(Snapshot(100.0, nodes, jobs), mosaic())
+    assert plan.order == ("2", "1")
+    assert plan_round(Snapshot(100.0, nodes, jobs), mosaic(time_limits=False)).order == ("1", "2")
+
+
+def test_mosaic_options_are_checked():
+    with pytest.raises(ConfigError, match="max_restarts"):
+        mosaic(max_restarts=-1)
+    with pytest.raises(ConfigError, match="unknown"):
+        mosaic(max_restart=1)

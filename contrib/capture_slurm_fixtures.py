@@ -56,17 +56,18 @@ def capture_pair(env: dict[str, str]) -> None:
     reads) and ``scontrol -d show job`` of each running job, for the test that both parsers
     agree: running (one and two nodes, memory per CPU, a name that fakes scontrol's GPU
     lines), held (one of them another user's), requeued, BadConstraints, another partition,
-    CPU-only, completing, ended, hostile names and comments, an array, and task layouts."""
+    CPU-only, completing, ended, hostile names and comments, an array, task layouts, and time
+    limits (minutes, hours, days, and one beyond the year squeue --Format prints)."""
     run(["scancel", "--user=root"], env=env, check=False)
     time.sleep(1)
     w = ["--wrap", "sleep 300"]
     held = [
         sbatch(env, "--hold", "-J", "mem0", "--gres=gpu:1", "--mem=0", *w),
-        sbatch(env, "--hold", "-J", "nomem", "--gres=gpu:1", *w),
+        sbatch(env, "--hold", "-J", "nomem", "--gres=gpu:1", "--time=90", *w),
         sbatch(env, "--hold", "-J", "tpn", "-N", "2", "--ntasks-per-node=2", "--gres=gpu:1", "--mem=1G", *w),
         sbatch(env, "--hold", "-J", "gpt", "-n", "2", "--gpus-per-task=1", "--mem-per-cpu=300", *w),
-        sbatch(env, "--hold", "-J", "gpus", "--gpus=2", "-c", "3", "--mem=2G", *w),
-        sbatch(env, "--hold", "-J", "cw", "-C", "a100", "-w", "n3", "--gres=gpu:1", *w),
+        sbatch(env, "--hold", "-J", "gpus", "--gpus=2", "-c", "3", "--mem=2G", "--time=2-03:04:00", *w),
+        sbatch(env, "--hold", "-J", "cw", "-C", "a100", "-w", "n3", "--gres=gpu:1", "--time=400-0", *w),
         sbatch(env, "--hold", "-J", HOSTILE_NAME, f"--comment={HOSTILE_COMMENT}", "--gres=gpu:1", *w),
         # Another user's job (root submits it as 'nobody'): its UserId is not 0.
         sbatch(env, "--hold", "--uid=nobody", "-D", "/", "-J", "nobodys", "--gres=gpu:1", *w),
@@ -75,7 +76,7 @@ def capture_pair(env: dict[str, str]) -> None:
     run(["scontrol", "update", f"JobId={held[-1]}_1", "Comment=split"], env=env)  # splits one task out
     started = [
         sbatch(env, "-J", "r2node", "-N", "2", "--gres=gpu:1", "-c", "2", "--mem=2G", *w),
-        sbatch(env, "-J", "rpcpu", "--gres=gpu:1", "-c", "3", "--mem-per-cpu=700", *w),
+        sbatch(env, "-J", "rpcpu", "--gres=gpu:1", "-c", "3", "--mem-per-cpu=700", "--time=10", *w),
         sbatch(env, "-J", HOSTILE_NAME, "--gres=gpu:2", "-c", "1", "--mem=1G", "--comment=mosaic:{}", *w),
         sbatch(env, "-J", "rq", "--gres=gpu:1", "-c", "1", "--mem=1G", *w),
         sbatch(env, "-J", "bad", "--gres=gpu:1", "-c", "1", "--mem=1G", *w),

@@ -95,6 +95,7 @@ def job_from_json(raw: Any, where: str, nodes: Mapping[str, Node]) -> Job:
         tenant=f.opt_str("tenant"),
         guaranteed=f.flag("guaranteed", False),
         deadline_s=f.opt_float("deadline_s"),
+        time_limit_s=_time_limit(f),
         gpu_type=gpu_type,
         plan=dict(plan) if plan is not None else None,
         candidate_plans=_plans(f),
@@ -107,6 +108,14 @@ def job_from_json(raw: Any, where: str, nodes: Mapping[str, Node]) -> Job:
         max_gpus=max_gpus,
         gpu_types=gpu_types,
     )
+
+
+def _time_limit(f: Fields) -> float | None:
+    """``time_limit_s``: a positive number of seconds (absent or null: no limit declared)."""
+    value = f.opt_float("time_limit_s")
+    if value is not None and value <= 0:
+        f.fail_key("time_limit_s", f"expected a number > 0, got {value}")
+    return value
 
 
 def _gpu_types(f: Fields) -> tuple[str, ...]:
@@ -198,6 +207,7 @@ _JOB_OPTIONAL = (
     "batch_size",
     "tenant",
     "deadline_s",
+    "time_limit_s",
     "gpu_type",
     "pending_since_s",
     "min_gpus",

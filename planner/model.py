@@ -127,8 +127,11 @@ class Job:
     ``duration_s`` (isolated run time, SJF/FTF), ``remaining_s`` (SRTF),
     ``pending_since_s`` (when it last became pending: Tiresias starvation promotion),
     ``gpu_type`` (a requested GPU type), ``tenant``/``guaranteed``/``deadline_s``
-    (quotas and SLAs), ``plan`` (submitted execution plan), ``candidate_plans`` (the
-    plans the job allows Mosaic to choose from; empty: only its own) and ``preemptible``.
+    (quotas and SLAs), ``time_limit_s`` (the wall-clock run time the job declared,
+    Slurm's ``--time``: an upper bound on its run time that, unlike ``duration_s``, a live
+    scheduler knows; ``None``: not declared or unlimited), ``plan`` (submitted execution
+    plan), ``candidate_plans`` (the plans the job allows Mosaic to choose from; empty: only
+    its own) and ``preemptible``.
     ``policy_state`` is what the scheduling policy attached to the job in the previous
     round (e.g. its Tiresias queue); the world keeps it and hands it back unchanged.
 
@@ -153,6 +156,7 @@ class Job:
     tenant: str | None = None
     guaranteed: bool = False
     deadline_s: float | None = None
+    time_limit_s: float | None = None
     gpu_type: str | None = None
     plan: Mapping[str, Any] | None = None
     candidate_plans: tuple[Mapping[str, Any], ...] = ()

@@ -162,6 +162,7 @@ class _SimJob:
                 t.tenant,
                 t.guaranteed,
                 t.deadline_s,
+                t.time_limit_s,
                 t.gpu_type,
                 t.plan,
                 t.plans,
@@ -192,6 +193,7 @@ _JOB_FIELDS = (
     "tenant",
     "guaranteed",
     "deadline_s",
+    "time_limit_s",
     "gpu_type",
     "plan",
     "candidate_plans",
@@ -210,7 +212,7 @@ if tuple(f.name for f in fields(Job)) != _JOB_FIELDS:  # pragma: no cover - a mo
 _new_object = object.__new__
 _SET = tuple(getattr(Job, name).__set__ for name in _JOB_FIELDS)  # the slots' setters
 (_s0, _s1, _s2, _s3, _s4, _s5, _s6, _s7, _s8, _s9, _s10, _s11) = _SET[:12]
-(_s12, _s13, _s14, _s15, _s16, _s17, _s18, _s19, _s20, _s21, _s22, _s23) = _SET[12:]
+(_s12, _s13, _s14, _s15, _s16, _s17, _s18, _s19, _s20, _s21, _s22, _s23, _s24) = _SET[12:]
 
 
 def _make_job(*values: Any) -> Job:
@@ -241,6 +243,7 @@ def _make_job(*values: Any) -> Job:
     _s21(job, values[21])
     _s22(job, values[22])
     _s23(job, values[23])
+    _s24(job, values[24])
     return job
 
 

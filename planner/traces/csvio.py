@@ -1,11 +1,12 @@
 """The trace CSV format (README.md "Trace CSV").
 
 Required columns: ``job_id,submit_time_s,num_gpus,duration_s,model``. Optional:
-``batch_size, iterations, gpu_type, tenant, guaranteed, deadline_s, plan, plans,
-min_gpus, max_gpus, gpu_types`` (``plan`` is a JSON object, ``plans`` a JSON list of the
-plans the job allows Mosaic to choose from, ``gpu_types`` the ``;``-separated GPU types
-the job accepts). Other columns are carried by the file but ignored here. Empty optional
-cells mean "not given". Every error names the source, the line and the column.
+``batch_size, iterations, gpu_type, tenant, guaranteed, deadline_s, time_limit_s, plan,
+plans, min_gpus, max_gpus, gpu_types`` (``time_limit_s`` is the run time the job declared,
+seconds > 0, ``plan`` is a JSON object, ``plans`` a JSON list of the plans the job allows
+Mosaic to choose from, ``gpu_types`` the ``;``-separated GPU types the job accepts). Other
+columns are carried by the file but ignored here. Empty optional cells mean "not given".
+Every error names the source, the line and the column.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ OPTIONAL_COLUMNS = (
     "tenant",
     "guaranteed",
     "deadline_s",
+    "time_limit_s",
     "plan",
     "plans",
     "min_gpus",
@@ -138,6 +140,7 @@ def parse_trace(text: str, source: str = "trace") -> tuple[TraceJob, ...]:
                 tenant=r.cell("tenant") or None,
                 guaranteed=_parse_bool(r, "guaranteed"),
                 deadline_s=r.number("deadline_s", required=False),
+                time_limit_s=_parse_time_limit(r),
                 plan=_parse_plan(r),
                 plans=_parse_plans(r),
                 min_gpus=min_gpus,
@@ -158,6 +161,14 @@ def _rows(reader: csv.DictReader[str], source: str) -> Iterator[dict[str, str | 
         except csv.Error as e:
             raise TraceError(f"{source}:{reader.line_num}: not valid CSV: {e}") from None
         yield row
+
+
+def _parse_time_limit(r: _Row) -> float | None:
+    """The declared run time in seconds (> 0); an empty cell: none declared."""
+    value = r.number("time_limit_s", required=False)
+    if value is not None and value <= 0:
+        raise r.fail("time_limit_s", f"expected a positive number of seconds, got {r.cell('time_limit_s')!r}")
+    return value
 
 
 def _parse_gpu_types(r: _Row) -> tuple[str, ...]:

@@ -15,6 +15,8 @@ class TraceJob:
     share and its submitted plan (on ``gpu_type`` when given, else on any GPU type).
     ``min_gpus``/``max_gpus``/``gpu_types`` are the elastic demand of
     :class:`planner.model.Job` (absent: rigid, ``num_gpus`` of ``gpu_type``).
+    ``time_limit_s`` is the run time the job declared (Slurm's ``--time``), an upper bound
+    a scheduler may use where it may not read ``duration_s``; ``None``: not declared.
     """
 
     job_id: str
@@ -28,6 +30,7 @@ class TraceJob:
     tenant: str | None = None
     guaranteed: bool = False
     deadline_s: float | None = None
+    time_limit_s: float | None = None
     plan: Mapping[str, Any] | None = None
     plans: tuple[Mapping[str, Any], ...] = ()
     min_gpus: int | None = None

@@ -316,6 +316,7 @@ def _outside_job(sj: SlurmJob, usable: Mapping[str, SlurmNode], partial: bool = 
         state=JobState.RUNNING,
         guaranteed=True,  # packing never pairs a pending job with it
         preemptible=False,  # every policy keeps it where it is
+        time_limit_s=sj.time_limit_s,  # Slurm ends it that long after it started, at the latest
         assignment=assignment,
     )
 
@@ -352,6 +353,7 @@ def _managed_job(
         tenant=meta.get("tenant") if isinstance(meta.get("tenant"), str) else None,
         guaranteed=bool(meta.get("guaranteed", False)),
         deadline_s=sj.submit_time + deadline if deadline is not None else None,
+        time_limit_s=sj.time_limit_s,
         gpu_type=gpu_type,
         min_gpus=min_gpus,
         max_gpus=max_gpus,

@@ -39,6 +39,7 @@ MAX_GPU_INDICES = 4096
 MAX_UID = 0xFFFFFFFF
 MAX_EPOCH_S = 253_402_300_799  # 9999-12-31T23:59:59Z: a later "time" is not one Slurm wrote
 """uid_t is 32 bits and ``(uid_t) -1`` is no user: a user id is below this."""
+MAX_TIME_LIMIT_MIN = 365 * 24 * 60  # the longest time limit squeue --Format prints (minutes)
 
 
 def expand_hostlist(text: str) -> tuple[str, ...]:
@@ -193,6 +194,7 @@ class SlurmJob:
     gpus_per_task: int = 0  # --gpus-per-task (Slurm then refuses GPU updates)
     gpus_per_job: int = 0  # --gpus (likewise)
     user_id: int | None = None  # the job's user (None: not known); must own its status directory
+    time_limit_s: float | None = None  # the job's time limit (--time) in seconds; None: unlimited
 
     @property
     def held(self) -> bool:
@@ -273,6 +275,7 @@ def _job(raw: Mapping[str, Any]) -> SlurmJob:
         gpus_per_task=gres_counts(r.get("tres_per_task", str, "")).get("gpu", 0),
         gpus_per_job=gres_counts(r.get("tres_per_job", str, "")).get("gpu", 0),
         user_id=_json_uid(r),
+        time_limit_s=_json_time_limit(r),
     )
 
 
@@ -281,6 +284,35 @@ def _epoch(value: int, key: str, where: str) -> float:
     if not 0 <= value <= MAX_EPOCH_S:
         raise SlurmParseError(f"{where}: '{key}' is out of range for a Unix time")
     return float(value)
+
+
+def _json_time_limit(r: _Reader) -> float | None:
+    """``time_limit`` (minutes) in seconds; ``None``: no limit.
+
+    Slurm 22.05 prints the number of minutes, or null for none (``--time`` not given and the
+    partition's ``MaxTime=INFINITE``); later versions print ``{"set": bool, "infinite": bool,
+    "number": minutes}``, where ``infinite`` or not ``set`` means none.
+    """
+    value = r.raw.get("time_limit")
+    if isinstance(value, Mapping):
+        inner = _Reader(value, f"{r.where}: 'time_limit'")
+        if inner.get("infinite", bool, False) or not inner.get("set", bool, False):
+            return None
+        value = inner.req("number", int)
+    elif value is not None:
+        value = r.get("time_limit", int)
+    return _minutes(value, "time_limit", r.where)
+
+
+def _minutes(value: int | None, key: str, where: str) -> float | None:
+    """A time limit Slurm reported in minutes, in seconds. ``None``, 0 (``--time=0``: no limit),
+    Slurm's NO_VAL / INFINITE (uint32 0xfffffffe / 0xffffffff) and more than 365 days (which
+    ``squeue --Format`` prints as ``INVALID``: read as no limit by both parsers) are no limit."""
+    if value is None or value == 0 or MAX_TIME_LIMIT_MIN < value <= 0xFFFFFFFF:
+        return None
+    if not 0 < value <= MAX_TIME_LIMIT_MIN:
+        raise SlurmParseError(f"{where}: '{key}' is {value}, not a time limit in minutes")
+    return value * 60.0
 
 
 def _json_uid(r: _Reader) -> int | None:
@@ -310,6 +342,7 @@ SQUEUE_FIELDS = (
     "Feature",
     "SubmitTime",
     "StartTime",
+    "TimeLimit",
     "RestartCnt",
     "NumTasks",
     "NTPerNode",
@@ -433,7 +466,30 @@ def _text_job(job_id: str, cells: list[str]) -> SlurmJob:
         gpus_per_task=_gres(text("tres-per-task"))[0],
         gpus_per_job=_gres(text("tres-per-job"))[0],
         user_id=_text_uid(cells[_F["UserId"]], where),
+        time_limit_s=_text_time_limit(cells[_F["TimeLimit"]].strip(), where),
     )
+
+
+# squeue's TimeLimit: [days-][hours:]minutes:seconds, e.g. 5:00, 1:30:00, 2-03:04:00.
+_DURATION = re.compile(r"(?:([0-9]{1,6})-)?(?:([0-9]{1,2}):)?([0-9]{1,2}):([0-9]{2})")
+# No limit: INFINITE, NO_VAL, or (squeue prints it for a limit beyond 365 days) INVALID.
+# --json gives those long limits in minutes; both parsers read them as no limit.
+_NO_LIMIT = _EMPTY | {"UNLIMITED", "NOT_SET", "INVALID"}
+
+
+def _text_time_limit(value: str, where: str) -> float | None:
+    """squeue's ``TimeLimit`` in seconds (``--json``'s ``time_limit`` gives it in minutes);
+    ``None``: no limit."""
+    if value in _NO_LIMIT:
+        return None
+    match = _DURATION.fullmatch(value)
+    if match is None:
+        raise SlurmParseError(
+            f"{where}: TimeLimit is {value[:40]!r}, expected [days-][hours:]minutes:seconds"
+        )
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+    total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    return float(total) if 0 < total <= MAX_TIME_LIMIT_MIN * 60 else None
 
 
 def _text_uid(value: str, where: str) -> int:

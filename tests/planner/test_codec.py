@@ -113,6 +113,19 @@ def test_json_text_is_accepted_and_bad_json_is_named():
             lambda d: d["jobs"][1].update(gpu_type="t4", gpu_types=["a100"]),
             r"job 'j2'\): key 'gpu_types': gpu_type 't4' is not among",
         ),
+        (
+            lambda d: d["jobs"][1].update(time_limit_s="1h"),
+            r"job 'j2'\): key 'time_limit_s': expected a number, got '1h'",
+        ),
+        (
+            lambda d: d["jobs"][1].update(time_limit_s=0),
+            r"job 'j2'\): key 'time_limit_s': expected a number > 0",
+        ),
+        (
+            lambda d: d["jobs"][0].update(time_limit_s=-60),
+            r"job '7'\): key 'time_limit_s': expected a number > 0",
+        ),
+        (lambda d: d["jobs"][1].update(time_limit_s=True), r"key 'time_limit_s': expected a number"),
     ],
 )
 def test_malformed_snapshots_name_the_job_and_key(mutate, message):
@@ -120,6 +133,19 @@ def test_malformed_snapshots_name_the_job_and_key(mutate, message):
     mutate(doc)
     with pytest.raises(SnapshotError, match=message):
         snapshot_from_json(doc)
+
+
+def test_time_limit_parses_and_round_trips():
+    doc = _doc()
+    doc["jobs"][0]["time_limit_s"] = 7200
+    doc["jobs"][1]["time_limit_s"] = None  # null: no limit, as absent
+    snap = snapshot_from_json(doc)
+    assert (snap.jobs[0].time_limit_s, snap.jobs[1].time_limit_s) == (7200.0, None)
+    written = snapshot_to_json(snap)["jobs"]
+    assert written[0]["time_limit_s"] == 7200.0 and "time_limit_s" not in written[1]
+    assert snapshot_from_json(json.loads(json.dumps(snapshot_to_json(snap)))) == snap
+    # A policy's state update keeps it.
+    assert snap.jobs[0].with_policy_state({"queue": 2}).time_limit_s == 7200.0
 
 
 def test_elastic_demand_parses_and_round_trips():

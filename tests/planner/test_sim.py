@@ -241,11 +241,26 @@ def test_snapshot_entries_rebuilt_slot_by_slot_equal_the_constructors():
     from planner.model import Job, JobState
     from planner.sim import Simulator
 
-    trace = [trace_job(k, submit=60.0 * k, gpus=1 + k % 2, duration=3000.0 + 500 * k) for k in range(8)]
+    trace = [
+        trace_job(
+            k,
+            submit=60.0 * k,
+            gpus=1 + k % 2,
+            duration=3000.0 + 500 * k,
+            time_limit_s=None if k % 3 == 0 else 4000.0 + 600 * k,
+        )
+        for k in range(8)
+    ]
     sim = Simulator(
         make_nodes(1), trace, scheduler("tiresias"), SimConfig(horizon_s=4000.0), profiles=profiles()
     )
     sim.run()
+    # The last round's snapshot carried each job's declared time limit.
+    limits = {t.job_id: t.time_limit_s for t in trace}
+    assert {job_id: view.time_limit_s for job_id, view in sim._views.items()} == {
+        job_id: limits[job_id] for job_id in sim._views
+    }
+    assert {view.time_limit_s for view in sim._views.values()} - {None}
     rebuilt = 0
     for job in sim.active.values():
         job.view = None
@@ -265,6 +280,7 @@ def test_snapshot_entries_rebuilt_slot_by_slot_equal_the_constructors():
             tenant=t.tenant,
             guaranteed=t.guaranteed,
             deadline_s=t.deadline_s,
+            time_limit_s=t.time_limit_s,
             gpu_type=t.gpu_type,
             plan=t.plan,
             candidate_plans=t.plans,

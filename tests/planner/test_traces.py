@@ -37,6 +37,27 @@ def test_csv_round_trip_with_optional_columns():
     assert parse_trace(format_trace(jobs)) == jobs
 
 
+def test_time_limit_column_parses_and_round_trips():
+    text = (
+        "job_id,submit_time_s,num_gpus,duration_s,model,deadline_s,time_limit_s\n"
+        "1,0,2,3600,resnet50,,7200\n"
+        "2,5,1,60,bert,900,90.5\n"
+        "3,6,1,60,bert,,\n"
+    )
+    jobs = parse_trace(text)
+    assert [j.time_limit_s for j in jobs] == [7200.0, 90.5, None]
+    formatted = format_trace(jobs)
+    assert formatted.splitlines()[0].endswith(",model,deadline_s,time_limit_s")
+    assert formatted.splitlines()[1:] == [
+        "1,0,2,3600,resnet50,,7200",
+        "2,5,1,60,bert,900,90.5",
+        "3,6,1,60,bert,,",
+    ]
+    assert parse_trace(formatted) == jobs
+    # A trace without the column writes none back.
+    assert "time_limit_s" not in format_trace(jobs[2:])
+
+
 def test_elastic_columns_parse_and_round_trip():
     text = (
         "job_id,submit_time_s,num_gpus,duration_s,model,gpu_type,min_gpus,max_gpus,gpu_types\n"
@@ -108,6 +129,19 @@ def test_elastic_columns_parse_and_round_trip():
             "job_id,submit_time_s,num_gpus,duration_s,model,gpu_type,gpu_types\n1,0,2,5,m,t4,a100\n",
             r"t.csv:2: column 'gpu_types': gpu_type 't4' is not among the accepted types a100",
         ),
+        (
+            "job_id,submit_time_s,num_gpus,duration_s,model,time_limit_s\n1,0,1,5,m,1:00:00\n",
+            r"t.csv:2: column 'time_limit_s': expected a number, got '1:00:00'",
+        ),
+        (
+            "job_id,submit_time_s,num_gpus,duration_s,model,time_limit_s\n1,0,1,5,m,60\n2,0,1,5,m,0\n",
+            r"t.csv:3: column 'time_limit_s': expected a positive number of seconds, got '0'",
+        ),
+        (
+            "job_id,submit_time_s,num_gpus,duration_s,model,time_limit_s\n1,0,1,5,m,-60\n",
+            r"t.csv:2: column 'time_limit_s': expected a positive number of seconds, got '-60'",
+        ),
+        ("job_id,submit_time_s,num_gpus,duration_s,model,time_limit_s\n1,0,1,5,m,inf\n", r"'time_limit_s'"),
         ("", "empty file"),
     ],
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -122,6 +123,26 @@ def test_snapshot_round_trips_through_the_json_contract_and_plans(slurm):
     assert len(used) == len(set(used))
 
 
+def test_slurm_time_limit_reaches_the_snapshot_in_seconds():
+    # squeue.json as captured (Slurm 22.05: time_limit in minutes, null for none), with time
+    # limits set: running job 1 --time=90, held job 2 unlimited in Slurm 23.02's shape,
+    # held job 3 --time=1-00:00:00 (requeued, with a store record), outside job 5 --time=30.
+    document = json.loads((DATA / "squeue.json").read_text())
+    limits = {1: 90, 2: {"set": True, "infinite": True, "number": 0}, 3: 1440, 5: 30}
+    for raw in document["jobs"]:
+        raw["time_limit"] = limits.get(raw["job_id"])
+    squeue = parse_squeue_json(json.dumps(document))
+    sinfo = parse_sinfo_json((DATA / "sinfo.json").read_text())
+    records = {"3": _record("3", num_gpus=1)}
+    snapshot = build_observation(2e9, squeue, sinfo, records, CONFIG).snapshot
+    jobs = {j.id: j for j in snapshot.jobs}
+    assert jobs["1"].is_running and jobs["1"].time_limit_s == 5400.0
+    assert jobs["2"].time_limit_s is None and jobs["4"].time_limit_s is None  # infinite; null
+    assert jobs["3"].state is JobState.PENDING and jobs["3"].time_limit_s == 86400.0
+    assert jobs[OUTSIDE_PREFIX + "5"].time_limit_s == 1800.0
+    assert snapshot_from_json(snapshot_to_json(snapshot)) == snapshot
+
+
 def test_unmanaged_partitions_are_configurable(slurm):
     obs = build_observation(2e9, *slurm, {}, ControllerConfig(partitions=("gpu", "other")))
     assert "5" in obs.managed and not any(j.id.startswith(OUTSIDE_PREFIX + "5") for j in obs.snapshot.jobs)
@@ -172,6 +193,8 @@ def test_pending_jobs_follow_every_change_of_their_inputs(slurm):
     later = [replace(j, submit_time=j.submit_time + 5) if j.id == held.id else j for j in jobs]
     moved = pending(build_observation(2e9, later, nodes, {held.id: served}, CONFIG))
     assert moved.submit_time_s == held.submit_time + 5
+    limited = [replace(j, time_limit_s=3600.0) if j.id == held.id else j for j in jobs]  # scontrol update
+    assert pending(build_observation(2e9, limited, nodes, {held.id: served}, CONFIG)).time_limit_s == 3600.0
     bare = _record(held.id)
     assert pending(build_observation(2e9, jobs, nodes, {held.id: bare}, CONFIG)).model == "unknown"
     other = ControllerConfig(partitions=("gpu",), default_model="gpt2")

@@ -71,6 +71,8 @@ def test_text_reads_every_job_as_json_does():
     assert any(j.gpus_per_task for j in text) and any(j.gpus_per_job for j in text)
     # user_id is compared with the rest: root's jobs and one of another user ('nobody').
     assert {j.user_id for j in text} == {0, 65534}
+    # So is time_limit_s: --time=10, 90, 2-03:04:00, none, and 400 days (squeue: INVALID).
+    assert {j.time_limit_s for j in text} == {None, 600.0, 5400.0, 3064 * 60.0}
 
 
 def test_hostile_names_and_comments_come_through_whole():
@@ -110,6 +112,7 @@ def row(**values: str) -> str:
             "Feature": "(null)",
             "SubmitTime": "1795445216",
             "StartTime": "N/A",
+            "TimeLimit": "UNLIMITED",
             "RestartCnt": "0",
             "NumTasks": "1",
             "NTPerNode": "0",
@@ -208,6 +211,89 @@ def test_user_id_reads_from_json_and_is_checked():
         doc["jobs"][0]["user_id"] = bad
         with pytest.raises(SlurmParseError, match="'user_id' is"):
             parse_squeue_json(json.dumps(doc))
+
+
+def test_time_limit_reads_from_json_in_seconds():
+    # Captured from Slurm 22.05 (contrib/capture_slurm_fixtures.py --pair-only): time_limit in
+    # minutes; null where the job has none (no --time, the partition's MaxTime=INFINITE).
+    jobs = {j.name: j for j in json_jobs()}
+    raw = {j["name"]: j for j in json.loads((DATA / "squeue_pair.json").read_text())["jobs"]}
+    assert (raw["nomem"]["time_limit"], jobs["nomem"].time_limit_s) == (90, 5400.0)  # --time=90
+    assert (raw["gpus"]["time_limit"], jobs["gpus"].time_limit_s) == (3064, 183840.0)  # 2-03:04:00
+    assert (raw["rpcpu"]["time_limit"], jobs["rpcpu"].time_limit_s) == (10, 600.0)  # running
+    assert (raw["mem0"]["time_limit"], jobs["mem0"].time_limit_s) == (None, None)  # unlimited
+    # 400 days: --json gives the minutes, squeue --Format prints INVALID; both read no limit.
+    assert (raw["cw"]["time_limit"], jobs["cw"].time_limit_s) == (576000, None)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        (90, 5400.0),
+        (None, None),
+        (0, None),  # --time=0: no limit
+        (4294967295, None),  # INFINITE
+        (4294967294, None),  # NO_VAL
+        (525600, 365 * 86400.0),  # the longest limit squeue --Format prints
+        # Slurm 23.02 on: {"set", "infinite", "number"}
+        ({"set": True, "infinite": False, "number": 90}, 5400.0),
+        ({"set": True, "infinite": True, "number": 0}, None),
+        ({"set": False, "infinite": False, "number": 0}, None),
+        ({"infinite": True}, None),
+    ],
+)
+def test_time_limit_json_shapes(value, seconds):
+    doc = json.loads((DATA / "squeue_pair.json").read_text())
+    doc["jobs"] = doc["jobs"][:1]
+    doc["jobs"][0]["time_limit"] = value
+    assert parse_squeue_json(json.dumps(doc))[0].time_limit_s == seconds
+    del doc["jobs"][0]["time_limit"]
+    assert parse_squeue_json(json.dumps(doc))[0].time_limit_s is None
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("90", "'time_limit' is '90'"),
+        (True, "'time_limit' is True"),
+        (-1, "'time_limit' is -1, not a time limit"),
+        (2**32, "'time_limit' is 4294967296, not a time limit"),
+        ({"set": True, "infinite": False}, "'time_limit': 'number' missing"),
+        ({"set": True, "infinite": False, "number": "90"}, "'number' is '90'"),
+        ({"set": "yes", "number": 90}, "'set' is 'yes'"),
+        ([90], "'time_limit' is \\[90\\]"),
+    ],
+)
+def test_a_bad_json_time_limit_is_refused_with_where(value, message):
+    doc = json.loads((DATA / "squeue_pair.json").read_text())
+    doc["jobs"] = doc["jobs"][:1]
+    doc["jobs"][0]["time_limit"] = value
+    with pytest.raises(SlurmParseError, match=f"squeue --json: job {doc['jobs'][0]['job_id']}: .*{message}"):
+        parse_squeue_json(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("5:00", 300.0),
+        ("1:30:00", 5400.0),
+        ("2-03:04:00", 183840.0),
+        ("365-00:00:00", 365 * 86400.0),
+        ("UNLIMITED", None),
+        ("NOT_SET", None),
+        ("INVALID", None),  # squeue's text for a limit beyond 365 days
+        ("", None),
+    ],
+)
+def test_time_limit_reads_from_text(value, seconds):
+    (j,) = parse_squeue_text(row(TimeLimit=value), SEP)
+    assert j.time_limit_s == seconds
+
+
+@pytest.mark.parametrize("value", ["soon", "90", "1:2:3:4", "-5:00", "5:0", "1-", "1e3:00", "٣:00"])
+def test_a_bad_text_time_limit_is_refused_with_where(value):
+    with pytest.raises(SlurmParseError, match=f"job 42: TimeLimit is {re.escape(repr(value))}"):
+        parse_squeue_text(row(TimeLimit=value), SEP)
 
 
 def test_squeue_argv_puts_the_separator_after_every_field():

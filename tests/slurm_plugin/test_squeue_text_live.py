@@ -63,7 +63,7 @@ def test_text_queue_read_matches_json(live: Cluster) -> None:
     )
     started = [
         sbatch(live, "-J", NASTY, "-N", "2", "--gres=gpu:2", "-c", "2", "--mem=2G", *w),
-        sbatch(live, "-J", "percpu", "--gres=gpu:1", "-c", "3", "--mem-per-cpu=700", *w),
+        sbatch(live, "-J", "percpu", "--gres=gpu:1", "-c", "3", "--mem-per-cpu=700", "--time=1-2", *w),
         sbatch(live, "-J", "requeued", "--gres=gpu:1", "-c", "1", "--mem=1G", *w),
         sbatch(live, "-J", "ended", "--gres=gpu:1", "-c", "1", "--mem=1G", "--wrap", "true"),
     ]
@@ -91,6 +91,7 @@ def test_text_queue_read_matches_json(live: Cluster) -> None:
     assert two_nodes.state == "RUNNING" and len(two_nodes.gpu_indices) == 2
     assert all(len(indices) == 2 for _, indices in two_nodes.gpu_indices)
     assert by_id[started[1]].mem_mb_per_cpu == 700
+    assert by_id[started[1]].time_limit_s == 26 * 3600.0 and by_id[held].time_limit_s is None
     assert by_id[started[2]].restarts == 1 and by_id[started[2]].held
     # Read again: the running jobs' indices are remembered, and still right.
     assert mismatches(client.jobs(), client.jobs_json()) == {}

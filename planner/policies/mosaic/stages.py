@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Self
 
-from planner.model import Assignment, Job, Outcome, Snapshot
+from planner.model import Assignment, Job, JobState, Outcome, Snapshot
 from planner.policies.common import options_reader
 from planner.policies.crius.policy import CriusAllocation
 from planner.policies.mosaic.rules import cluster_types, crius_decides, shares_gpus
@@ -26,7 +26,7 @@ from planner.policies.rubick.allocation import RubickAllocation
 from planner.policies.shaping import proportional_share
 from planner.policies.sharing import BestSharingBenefitFirst
 from planner.registry import StageContext
-from planner.stages import PACKINGS, RECONFIGURATIONS, Draft
+from planner.stages import PACKINGS, RECONFIGURATIONS, SHAPINGS, Draft, Shaping
 
 
 @PACKINGS.register("mosaic")
@@ -45,7 +45,12 @@ class MosaicPacking:
         others = {j.id for j in ordered if not shares_gpus(j)}
         if len(others) == len(ordered):
             return draft
-        mine = [j for j in ordered if j.id not in others]
+        # A running job the placement stopped is a waiting one to the packing: it would be one
+        # in the next round, which must find nothing new to do (re-planning changes nothing).
+        stopped = {j.id: _waiting(j) for j in ordered if j.is_running and j.id not in draft.assignments}
+        mine = [stopped.get(j.id, j) for j in ordered if j.id not in others]
+        if stopped:
+            snapshot = replace(snapshot, jobs=tuple(stopped.get(j.id, j) for j in snapshot.jobs))
         shown = Draft({i: a for i, a in draft.assignments.items() if i not in others}, draft.outcomes)
         packed = self.inner.pack(snapshot, mine, shown)
         if packed is shown:
@@ -63,6 +68,7 @@ class MosaicReconfiguration:
 
     rubick: RubickAllocation
     crius: CriusAllocation
+    shaping: Shaping
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
@@ -78,6 +84,7 @@ class MosaicReconfiguration:
         return cls(
             RubickAllocation.from_options(rubick_options, context),
             CriusAllocation.from_options(crius_options, context),
+            SHAPINGS.create("tune", {}, context),
         )
 
     def hold_back(self, snapshot: Snapshot, ordered: Sequence[Job]) -> Mapping[str, Outcome]:
@@ -88,12 +95,46 @@ class MosaicReconfiguration:
     def reconfigure(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft:
         types = cluster_types(snapshot)
         crius_ids = {j.id for j in ordered if crius_decides(j, types)}
+        shaped = draft
         if crius_ids:
             draft = self._rubick(snapshot, ordered, draft, crius_ids)
             draft = self._crius(snapshot, ordered, draft, crius_ids)
         else:
             draft = self.rubick.reconfigure(snapshot, ordered, draft)
+        draft = self._reshape(snapshot, shaped, draft, crius_ids)
         return _within_nodes(snapshot, ordered, draft)
+
+    def _reshape(self, snapshot: Snapshot, shaped: Draft, draft: Draft, crius_ids: set[str]) -> Draft:
+        """Synergy-Tune's CPUs and memory again, where Rubick or Crius moved GPUs: Tune shaped
+        the placement's draft, and a job they moved away (or placed) changes what its node's
+        neighbours can have. Tune runs on the round applied (every job placed running where it
+        now is, so Tune keeps every GPU), as the next round's Tune will; a job Rubick decides
+        keeps what it got where Rubick set its CPUs or memory (it owns those with its plan);
+        Crius's jobs take Tune's (Crius gives the proportional share, as Tune's floor)."""
+        moved = any(
+            (a := shaped.assignments.get(i)) is None or a.gpus != b.gpus for i, b in draft.assignments.items()
+        )
+        if not moved:
+            return draft
+        applied = _applied(snapshot, draft.assignments)
+        tuned = self.shaping.shape(applied, Draft(draft.assignments, draft.outcomes)).assignments
+        out: dict[str, Assignment] = {}
+        for job_id, b in draft.assignments.items():
+            a = shaped.assignments.get(job_id)
+            t = tuned.get(job_id)
+            set_by_rubick = job_id not in crius_ids and (
+                a is None or a.cpus != b.cpus or abs(a.mem_gb - b.mem_gb) > 1e-9
+            )
+            if (
+                not set_by_rubick
+                and t is not None
+                and t.gpus == b.gpus
+                and (t.cpus, t.mem_gb) != (b.cpus, b.mem_gb)
+            ):
+                out[job_id] = Assignment(b.gpus, t.cpus, t.mem_gb, b.plan, b.shares_with)
+            else:
+                out[job_id] = b
+        return Draft(out, draft.outcomes)
 
     def _rubick(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft, crius_ids: set[str]) -> Draft:
         """Rubick's round with Crius's running jobs rigid on their GPUs and its waiting ones out."""
@@ -124,6 +165,23 @@ class MosaicReconfiguration:
             {j.id: done.assignments[j.id] for j in ordered if j.id in done.assignments},
             {**draft.outcomes, **done.outcomes},
         )
+
+
+def _applied(snapshot: Snapshot, assignments: Mapping[str, Assignment]) -> Snapshot:
+    """``snapshot`` as the next round sees it: the jobs assigned run there, the others wait."""
+    jobs = tuple(
+        replace(j, state=JobState.RUNNING, assignment=assignments[j.id])
+        if j.id in assignments
+        else _waiting(j)
+        if j.is_running
+        else j
+        for j in snapshot.jobs
+    )
+    return replace(snapshot, jobs=jobs)
+
+
+def _waiting(job: Job) -> Job:
+    return replace(job, state=JobState.PENDING, assignment=None)
 
 
 def _rigid(job: Job) -> Job:

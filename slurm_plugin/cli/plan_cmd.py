@@ -29,7 +29,7 @@ def add_parser(
     p.add_argument("snapshot", metavar="SNAPSHOT.json")
     p.add_argument("--profiles", action="append", default=[], metavar="JSON", help="extra profile file(s)")
     p.add_argument("--compact", action="store_true", help="one-line JSON")
-    add_scheduler_args(p, default_preset="tiresias")
+    add_scheduler_args(p, default_preset="mosaic")
     p.set_defaults(run=run)
 
 

@@ -69,7 +69,7 @@ def add_parser(
     p.add_argument("--json", action="store_true", help="also print summary.json on stdout")
     p.add_argument("--no-plot", action="store_true", help="do not write plot.png")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_scheduler_args(p, default_preset="tiresias")
+    add_scheduler_args(p, default_preset="mosaic")
     p.set_defaults(run=run)
 
 

@@ -29,7 +29,7 @@ from planner.registry import StageContext
 from planner.stages import PACKINGS, RECONFIGURATIONS, SHAPINGS, Draft, Shaping
 
 
-@PACKINGS.register("mosaic")
+@PACKINGS.register("bsbf-rigid")
 @dataclass(frozen=True)
 class MosaicPacking:
     """SJF-BSBF's packing over rigid best-effort jobs only (options: ``bsbf``'s)."""

@@ -176,7 +176,7 @@ def test_mosaic_never_shares_or_hands_crius_a_guaranteed_job(snapshot):
 @settings(max_examples=60, deadline=None)
 @given(snapshots())
 def test_mosaic_stops_a_running_best_effort_job_only_for_a_privileged_one(snapshot):
-    plan = plan_round(snapshot, mosaic())
+    plan = plan_round(snapshot, mosaic(las_preemption=False))
     if plan.preempted:
         assert _privileged(plan), plan.preempted
 
@@ -200,15 +200,20 @@ def test_a_guaranteed_arrival_takes_the_gpus_of_a_best_effort_job():
     assert plan.assignments["2"].num_gpus == 4
 
 
-def test_a_waiting_best_effort_job_does_not_stop_a_running_one():
+def test_las_preempts_a_running_job_only_when_its_restart_pays():
     nodes = (make_node("n0", 4, "a100", 32, 128.0),)
-    long = running(make_job("1", 4, 0.0, attained_gpu_s=4e5), [("n0", k) for k in range(4)], 8, 32.0)
+    slots = [("n0", k) for k in range(4)]
+    long = running(make_job("1", 4, 0.0, attained_gpu_s=4e5), slots, 8, 32.0)
+    fresh = running(make_job("1", 4, 0.0, attained_gpu_s=4 * 500.0), slots, 8, 32.0)
     short = make_job("2", 4, 100.0)
-    plan = plan_round(Snapshot(2000.0, nodes, (long, short)), mosaic())
-    assert plan.preempted == ()
-    # With LAS preemption on, the fresh job (queue 0) stops the one with 100 GPU-hours.
-    plan = plan_round(Snapshot(2000.0, nodes, (long, short)), mosaic(las_preemption=True))
-    assert plan.preempted == ("1",)
+    # The fresh job (queue 0) stops the one with 100 GPU-hours (a 30 s restart is nothing).
+    assert plan_round(Snapshot(2000.0, nodes, (long, short)), mosaic()).preempted == ("1",)
+    # Not one that trained 500 s (a restart would cost it 6 %), nor one at its restart bound.
+    assert plan_round(Snapshot(2000.0, nodes, (fresh, short)), mosaic()).preempted == ()
+    bounded = replace(long, restarts=8)
+    assert plan_round(Snapshot(2000.0, nodes, (bounded, short)), mosaic()).preempted == ()
+    # Without LAS preemption, no best-effort job stops another.
+    assert plan_round(Snapshot(2000.0, nodes, (long, short)), mosaic(las_preemption=False)).preempted == ()
 
 
 def test_las_preemption_is_charged_and_bounded_per_job():

@@ -35,7 +35,8 @@ KINDS = (
 
 
 def mosaic(**options: object) -> Scheduler:
-    config = replace(preset("mosaic"), tenants=TENANTS)
+    # With the sharing stage on, so that the properties cover it too.
+    config = replace(preset("mosaic"), tenants=TENANTS, placement="shared-consolidated", packing="bsbf-rigid")
     if options:
         config = replace(config, options={**config.options, "policy": dict(options)})
     return build_scheduler(config, profiles())

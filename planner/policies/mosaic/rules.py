@@ -14,9 +14,10 @@ order                         the ``mosaic`` ordering (:mod:`.ordering`): privil
 GPUs of a rigid job           the placement (consolidated, sharing pairs kept together);
                               Rubick may evict a lower-ranked best-effort one for a privileged
                               job (never one that shares GPUs)
-sharing partner               the packing (SJF-BSBF's Theorem 1 on the declared estimates):
-                              rigid, best-effort guests onto rigid, best-effort hosts only
-                              (:func:`shares_gpus`); nothing later moves or shrinks a shared job
+sharing partner               the packing when configured (``bsbf-rigid``: SJF-BSBF's Theorem
+                              1 on the declared estimates), rigid best-effort guests onto rigid
+                              best-effort hosts only (:func:`shares_gpus`); nothing later moves
+                              or shrinks a shared job. Not in the default preset yet
 GPU count, plan, CPUs of a    Rubick's joint allocation (:func:`rubick_decides`): it overrides
 job Rubick decides            the placement's GPUs and the shaping's CPUs for these jobs only,
                               and keeps every privileged job at its performance guarantee

@@ -134,6 +134,12 @@ class MosaicReconfiguration:
                 out[job_id] = Assignment(b.gpus, t.cpus, t.mem_gb, b.plan, b.shares_with)
             else:
                 out[job_id] = b
+        # Tune's shares on the applied round hold together per node; taken for some jobs only
+        # (Rubick's stay), a node may be over-committed: there every job keeps the round's own.
+        for name in _over_committed(snapshot, out):
+            for job_id, b in draft.assignments.items():
+                if name in b.nodes:
+                    out[job_id] = b
         return Draft(out, draft.outcomes)
 
     def _rubick(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft, crius_ids: set[str]) -> Draft:
@@ -191,6 +197,25 @@ def _rigid(job: Job) -> Job:
     a = job.assignment
     count = a.num_gpus if job.is_running and a is not None else job.num_gpus
     return replace(job, num_gpus=count, min_gpus=None, max_gpus=None, gpu_types=(), candidate_plans=())
+
+
+def _usage(assignments: Mapping[str, Assignment]) -> tuple[dict[str, float], dict[str, float]]:
+    """CPUs and memory held per node."""
+    used_cpus: dict[str, float] = {}
+    used_mem: dict[str, float] = {}
+    for a in assignments.values():
+        for name, cpus, mem in a.node_shares():
+            used_cpus[name] = used_cpus.get(name, 0) + cpus
+            used_mem[name] = used_mem.get(name, 0.0) + mem
+    return used_cpus, used_mem
+
+
+def _over_committed(snapshot: Snapshot, assignments: Mapping[str, Assignment]) -> list[str]:
+    nodes = snapshot.nodes_by_name
+    used_cpus, used_mem = _usage(assignments)
+    return [
+        n for n in sorted(used_cpus) if used_cpus[n] > nodes[n].cpus or used_mem[n] > nodes[n].mem_gb + 1e-6
+    ]
 
 
 def _within_nodes(snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft:

@@ -301,3 +301,21 @@ def test_reference_share_makes_more_cpus_per_gpu_speed_up_the_baseline_too() -> 
     measured_at_3 = simulate(six_per_gpu, trace, baseline, fixed, profiles=profiles())
     assert own.records[0].jct_s == pytest.approx(36_000.0)  # durations at this server's share
     assert measured_at_3.records[0].jct_s == pytest.approx(36_000.0 / 1.75)  # W(6 CPUs) / W(3 CPUs)
+
+
+def test_tune_does_not_keep_a_running_share_of_fewer_cpus_than_gpus():
+    # Found by the mosaic re-planning stress: a 2-GPU job that runs with 1 CPU (as another stage
+    # or Slurm started it) was kept at 1 // 2 = 0 CPUs per GPU, so Tune planned it 0 CPUs; the
+    # next round Tune gave it its share: a reshape every time. Such a share is no share Tune
+    # gives; the job is now shaped as a new one would be, on the GPUs it holds.
+    from planner import plan_round
+    from planner.model import Assignment, Job, JobState, Node, Snapshot
+    from tests.builders import scheduler
+
+    nodes = (Node("n0", 4, "a100", 8, 128.0),)
+    job = Job(
+        "1", 2, "moe_1.3B", 0.0, state=JobState.RUNNING, assignment=Assignment((("n0", 0), ("n0", 1)), 1, 1.0)
+    )
+    plan = plan_round(Snapshot(1000.0, nodes, (job,)), scheduler("synergy-tune"))
+    assert plan.assignments["1"].gpus == (("n0", 0), ("n0", 1))
+    assert plan.assignments["1"].cpus >= 2

@@ -45,9 +45,11 @@ class Demand:
 
     @property
     def had(self) -> PerGpu | None:
-        """The per-GPU share of the job's current assignment, if it is running."""
+        """The per-GPU share of the job's current assignment, if it is running and the share is
+        one Tune could give (whole CPUs per GPU): a job that another stage or Slurm started with
+        fewer CPUs than GPUs, say, would otherwise keep a share of 0 CPUs per GPU."""
         a = self.job.assignment
-        if not self.job.is_running or a is None or a.num_gpus == 0:
+        if not self.job.is_running or a is None or a.num_gpus == 0 or a.cpus % a.num_gpus:
             return None
         return PerGpu(a.cpus // a.num_gpus, a.mem_gb / a.num_gpus)
 

@@ -10,7 +10,9 @@ from collections import Counter
 from planner.errors import ConfigError
 from planner.traces import format_trace
 from planner.traces.crius import divide_iterations, elastic, parse_crius_trace, random_types
+from planner.traces.csvio import parse_trace
 from planner.traces.generators import gavel_trace, shockwave_trace, synergy_trace
+from planner.traces.mix import MixOptions, mix_cluster, mix_tenants, mix_trace, parse_mix
 from planner.traces.philly import parse_philly, philly_trace, virtual_clusters
 from planner.traces.records import TraceJob
 from planner.traces.rubick import parse_workload
@@ -25,7 +27,7 @@ def add_parser(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
     p = sub.add_parser("trace", parents=[common], help="generate or import job traces")
-    tsub = p.add_subparsers(dest="trace_command", required=True, metavar="{gen,philly,rubick,crius}")
+    tsub = p.add_subparsers(dest="trace_command", required=True, metavar="{gen,philly,rubick,crius,mix}")
 
     gen = tsub.add_parser(
         "gen",
@@ -121,6 +123,28 @@ def add_parser(
     cr.add_argument("--out", required=True, metavar="CSV", help="output file ('-' for stdout)")
     cr.set_defaults(run=run_crius)
 
+    mx = tsub.add_parser(
+        "mix",
+        parents=[common],
+        help="a mixed workload of every paper's kind of job, with a matching cluster and tenants",
+        description="Composes Crius's elastic jobs on several GPU types, Synergy's CPU-sensitive "
+        "single-GPU jobs, small rigid jobs of Gavel's types and Rubick's jobs with execution plans "
+        "(the bundled Rubick Base workload), with tenants (prod has guaranteed jobs) and declared "
+        "time limits (planner/traces/mix.py says how).",
+    )
+    mx.add_argument("--jobs", type=int, default=200, help="number of jobs (default 200)")
+    mx.add_argument("--rate", type=float, default=20.0, metavar="JOBS_PER_HOUR", help="Poisson arrivals (20)")
+    mx.add_argument("--mix", default="elastic=30,cpu=30,small=20,plan=20", help="class weights")
+    mx.add_argument("--max-duration-s", type=float, default=8 * 3600.0, help="run-time cap (8 h)")
+    mx.add_argument("--guaranteed-fraction", type=float, default=0.3, help="of prod's jobs (0.3)")
+    mx.add_argument("--no-time-limits", action="store_true", help="declare no time limits")
+    mx.add_argument("--gpus", type=int, default=64, help="cluster size, a multiple of 32 (64)")
+    mx.add_argument("--seed", type=int, default=0)
+    mx.add_argument("--out", required=True, metavar="CSV", help="output trace ('-' for stdout)")
+    mx.add_argument("--cluster-out", metavar="TOML", help="write the matching cluster here")
+    mx.add_argument("--config-out", metavar="TOML", help="write the tenants' quotas here")
+    mx.set_defaults(run=run_mix)
+
 
 def _emit(jobs: list[TraceJob], out: str) -> None:
     text = format_trace(jobs)
@@ -186,6 +210,29 @@ def run_philly(args: argparse.Namespace) -> int:
 def run_rubick(args: argparse.Namespace) -> int:
     jobs = parse_workload(read_text(args.workload), source=args.workload)
     _emit(list(jobs), args.out)
+    return 0
+
+
+def run_mix(args: argparse.Namespace) -> int:
+    options = MixOptions(
+        jobs=args.jobs,
+        jobs_per_hour=args.rate,
+        mix=parse_mix(args.mix),
+        max_duration_s=args.max_duration_s,
+        guaranteed_fraction=args.guaranteed_fraction,
+        time_limits=not args.no_time_limits,
+        gpus=args.gpus,
+        seed=args.seed,
+    )
+    plan_jobs = parse_trace(bundled_text("rubick_base.csv"), source="bundled:rubick_base.csv")
+    jobs = mix_trace(options, plan_jobs)
+    _emit(jobs, args.out)
+    if args.cluster_out:
+        write_atomic(args.cluster_out, mix_cluster(args.gpus))
+    if args.config_out:
+        write_atomic(args.config_out, mix_tenants(args.gpus))
+    classes = Counter(j.job_id.split("-")[0] for j in jobs)
+    log.info("mix: %s", ", ".join(f"{c} {n}" for c, n in sorted(classes.items())))
     return 0
 
 

@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./contrib/setup.sh
-exec .venv/bin/mosaic sim --scheduler "${1:-tiresias}" --out out/quickstart
+exec .venv/bin/mosaic sim --scheduler "${1:-mosaic}" --out out/quickstart

@@ -20,4 +20,4 @@ def test_example_clusters_parse(path):
 def test_example_config_builds_a_scheduler():
     document = tomllib.loads((ETC / "mosaic.toml").read_text())
     scheduler = build_scheduler(config_from_mapping(document["scheduler"]))
-    assert scheduler.name == "tiresias" and scheduler.ordering.promote_knob == 8
+    assert scheduler.name == "mosaic" and scheduler.ordering.las.promote_knob == 8

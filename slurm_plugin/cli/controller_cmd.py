@@ -43,7 +43,7 @@ def add_parsers(
     c.add_argument("--once", action="store_true", help="one tick, print its report as JSON, exit")
     c.add_argument("--dry-run", action="store_true", help="plan and print the actions; change nothing")
     c.add_argument("--profiles", action="append", default=[], metavar="JSON", help="extra profile file(s)")
-    add_scheduler_args(c, default_preset="tiresias")
+    add_scheduler_args(c, default_preset="mosaic")
     c.set_defaults(run=run_controller)
 
     s = sub.add_parser(

@@ -36,7 +36,7 @@ def add_parser(
         default="demo",
         help="bundled trace (demo: 10 jobs, the default; fidelity24: 24 jobs) or a trace CSV path",
     )
-    add_scheduler_args(p, default_preset="las")
+    add_scheduler_args(p, default_preset="mosaic")
     p.set_defaults(run=run)
 
 

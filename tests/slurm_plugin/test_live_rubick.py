@@ -112,15 +112,20 @@ def _shape(plan: ExecPlan) -> tuple[int, int, bool, int, int]:
     return (plan.dp, plan.zero_stage, plan.offload_optimizer, plan.micro_batch, plan.grad_accum)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize(
+    ("scheduler_name", "name"),
+    # ``mosaic`` (the default, everything composed) must do the same: its ordering puts the
+    # privileged jobs first, and Rubick's joint allocation owns the elastic job's GPUs and plan.
+    [*(("rubick", name) for name in sorted(CASES)), ("mosaic", "accumulation")],
+)
 def test_the_controller_shrinks_a_running_deepspeed_job_for_a_guaranteed_job_with_a_new_plan(
-    name, live, tmp_path, monkeypatch
+    scheduler_name, name, live, tmp_path, monkeypatch
 ):
     case = CASES[name]
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     config = config_for(live, tmp_path / "spool", checkpoint_grace_s=float(GRACE_S), stop_timeout_s=600.0)
     tenants = (Tenant("prod", 2), Tenant("other", 12))
-    scheduler = build_scheduler(replace(preset("rubick"), tenants=tenants))
+    scheduler = build_scheduler(replace(preset(scheduler_name), tenants=tenants))
     client = CliSlurm(config.slurm_env, timeout_s=config.command_timeout_s)
     ctl = Controller(client, Store(config.store_path), config, scheduler)
     # Guaranteed within their tenant's quota: Rubick keeps them and shrinks the best-effort job.

@@ -75,7 +75,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             tenant=draw(st.sampled_from(["prod", "research", None])),
             guaranteed=guaranteed,
             time_limit_s=draw(st.one_of(st.none(), st.sampled_from([600.0, 3600.0, 86400.0]))),
-            restarts=draw(st.integers(0, 3)),
+            restarts=draw(st.sampled_from([0, 1, 2, 8])),
             **fields,
         )
         if draw(st.booleans()):
@@ -180,6 +180,18 @@ def test_mosaic_stops_a_running_best_effort_job_only_for_a_privileged_one(snapsh
     plan = plan_round(snapshot, mosaic(las_preemption=False))
     if plan.preempted:
         assert _privileged(plan), plan.preempted
+
+
+@settings(max_examples=60, deadline=None)
+@given(snapshots())
+def test_a_job_at_its_restart_bound_or_whose_restart_does_not_pay_is_stopped_only_for_a_guarantee(
+    snapshot,
+):
+    plan = plan_round(snapshot, mosaic())
+    rule = RestartRule()
+    settled = {j.id for j in snapshot.jobs if rule.settled(j)}
+    if settled & set(plan.preempted):
+        assert _privileged(plan)
 
 
 @settings(max_examples=60, deadline=None)

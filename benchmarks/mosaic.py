@@ -46,7 +46,11 @@ CASES: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
     # SJF-BSBF Table IV's 480 jobs of the busiest Philly window, each declaring its run time
     # as its time limit (what sjf-bsbf reads as its duration; mosaic may read the limit only).
     "sjf-bsbf": ("sjfbsbf:480", str(CLUSTERS / "sjf-bsbf-64.toml"), ("sjf-bsbf", "tiresias"), ()),
-    "crius-venus": (str(BUNDLED / "crius_venus.csv"), str(CLUSTERS / "crius-256.toml"), ("crius",), ()),
+    # Crius's Venus and PAI traces as elastic jobs (half to twice their GPUs on any of the four
+    # types): the demand the crius preset widens every job to (its scale option), declared, so
+    # that mosaic, which schedules jobs as they declare them, has the same freedom.
+    "crius-venus": ("crius:venus", str(CLUSTERS / "crius-256.toml"), ("crius",), ()),
+    "crius-pai": ("crius:pai", str(CLUSTERS / "crius-256.toml"), ("crius",), ()),
     "rubick-bp": (
         str(BUNDLED / "rubick_bp.csv"),
         str(CLUSTERS / "rubick-64.toml"),
@@ -79,10 +83,23 @@ def trace_file(spec: str, workdir: Path) -> str:
         from benchmarks.sjf_bsbf import paper_trace
         from planner.traces import format_trace
 
-        jobs, _ = paper_trace(int(spec.split(":")[1]))
+        sampled, _ = paper_trace(int(spec.split(":")[1]))
         path = workdir / "sjf-bsbf.csv"
-        path.write_text(format_trace([replace(j, time_limit_s=j.duration_s) for j in jobs]))
+        path.write_text(format_trace([replace(j, time_limit_s=j.duration_s) for j in sampled]))
         return str(path)
+    if spec.startswith("crius:"):
+        out = workdir / "crius.csv"
+        cmd = [
+            sys.executable,
+            "-m",
+            "slurm_plugin.cli.main",
+            "trace",
+            "crius",
+            spec.split(":")[1],
+            "--elastic",
+        ]
+        subprocess.run([*cmd, "--out", str(out)], check=True, capture_output=True, cwd=ROOT)
+        return str(out)
     if not spec.startswith("gen:"):
         return spec
     _, kind, jobs, rate = spec.split(":")
@@ -144,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 spec, cluster, presets, flags = CASES[case]
                 trace = trace_file(spec, workdir)
+                if case == "rubick-mt":  # Rubick's MT tenants (benchmarks/rubick.py)
+                    tenants = workdir / "tenants.toml"
+                    tenants.write_text('[[tenants]]\nname = "tenant-a"\ngpu_quota = 64\n')
+                    flags = (*flags, "--config", str(tenants))
             runs = {name: simulate(name, trace, cluster, flags, workdir) for name in ("mosaic", *presets)}
             if case in MIX_LOADS:
                 done = [n for n in presets if runs[n]["finished"] == runs[n]["jobs"]]

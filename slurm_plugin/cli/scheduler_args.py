@@ -64,6 +64,11 @@ def scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
         if "tenants" in document and "tenants" not in table:
             table["tenants"] = document["tenants"]  # top-level [[tenants]]
     if args.scheduler is not None:
+        if args.scheduler not in PRESETS:  # the flag's mistake, not the config file's
+            known = ", ".join(PRESETS)
+            raise ConfigError(
+                f"--scheduler: unknown scheduler preset {args.scheduler!r}; known presets: {known}"
+            )
         table["preset"] = args.scheduler
     elif "preset" not in table and args.default_preset is not None:
         table["preset"] = args.default_preset

@@ -157,6 +157,15 @@ def test_errors_are_one_clear_line_and_exit_2(argv, message, capsys, tmp_path, m
     assert "Traceback" not in err
 
 
+def test_a_scheduler_typo_is_the_flags_mistake_not_the_config_files(tmp_path, capsys):
+    config = tmp_path / "site.toml"
+    config.write_text('[scheduler]\npreset = "mosaic"\n')
+    assert main(["sim", "--config", str(config), "--scheduler", "tiresas", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--scheduler: unknown scheduler preset 'tiresas'" in err
+    assert str(config) not in err
+
+
 def test_a_malformed_trace_loses_nothing(small, tmp_path, capsys):
     cluster, _ = small
     bad = tmp_path / "bad.csv"

@@ -22,7 +22,20 @@ from typing import Any
 
 from planner.errors import ConfigError
 
-DEFAULT_GPU_TYPES = ("h200", "h100", "a100", "l40s", "a40", "a10", "v100", "p100", "t4", "k80")
+DEFAULT_GPU_TYPES = (
+    "h200",
+    "h100",
+    "h800",
+    "a100",
+    "a800",
+    "l40s",
+    "a40",
+    "a10",
+    "v100",
+    "p100",
+    "t4",
+    "k80",
+)
 
 
 @dataclass(frozen=True)

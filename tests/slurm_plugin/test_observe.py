@@ -199,3 +199,13 @@ def test_pending_jobs_follow_every_change_of_their_inputs(slurm):
     assert pending(build_observation(2e9, jobs, nodes, {held.id: bare}, CONFIG)).model == "unknown"
     other = ControllerConfig(partitions=("gpu",), default_model="gpt2")
     assert pending(build_observation(2e9, jobs, nodes, {held.id: bare}, other)).model == "gpt2"
+
+
+@pytest.mark.parametrize("feature", ["a800", "H800", "a100"])
+def test_a_node_feature_naming_a_known_gpu_type_is_its_type(slurm, feature):
+    # A800s (Rubick's cluster) were not among the known types and became the default v100.
+    from slurm_plugin.controller.observe import node_gpu_type
+
+    _, nodes = slurm
+    node = replace(nodes[0], features=("ib", feature))
+    assert node_gpu_type(node, CONFIG) == feature.lower()

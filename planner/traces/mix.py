@@ -3,12 +3,14 @@
 What the ``mosaic`` scheduler is for is a cluster where every paper's kind of job runs at once.
 Each job of the mix is drawn from one source, by the class proportions:
 
-* ``elastic``: Crius's jobs (:func:`planner.traces.crius.random_types` on Gavel-style run
-  times), accepting half to twice their GPUs on any of Crius's four types
-  (:func:`planner.traces.crius.elastic`);
+* ``elastic``: Crius's jobs (:func:`planner.traces.crius.random_types` on Synergy's run
+  times), accepting half to twice their GPUs on Crius's types (:func:`planner.traces.crius.elastic`)
+  that the mixed cluster has: a job drawn on Crius's A10, which the cluster lacks, is the same
+  job (model, batch, GPUs, iterations) on an A40, the same generation with twice the memory,
+  its run time the iterations at Crius's measured A40 iteration time;
 * ``cpu``: Synergy's CPU-sensitive single-GPU jobs (:func:`.generators.synergy_trace`);
 * ``small``: small rigid jobs of Gavel's job types on 1 or 2 GPUs, the jobs GPU sharing and
-  packing are for (:func:`.generators.shockwave_trace` with Gavel's models);
+  packing are for (:func:`.generators.shockwave_trace` with Gavel's models, at most 4 h);
 * ``plan``: Rubick's jobs with execution plans, elastic in count on A800s (rows of the bundled
   Rubick workloads, given by the caller: the planner reads no files).
 
@@ -29,15 +31,26 @@ from types import MappingProxyType
 
 import numpy as np
 
-from planner.errors import ConfigError
-from planner.traces.crius import elastic, random_types
+from planner.errors import ConfigError, TraceError
+from planner.traces.crius import elastic, iteration_time, random_types, split_model
 from planner.traces.generators import shockwave_trace, synergy_trace
 from planner.traces.records import TraceJob
+from profiles.perfmodel.crius import CriusTable, builtin_crius
 
 CLASSES = ("elastic", "cpu", "small", "plan")
 DEFAULT_MIX: Mapping[str, float] = MappingProxyType({"elastic": 30, "cpu": 30, "small": 20, "plan": 20})
 TENANTS = ("prod", "research", "dev")
 RUBICK_TYPE = "a800"
+# GPUs per 32: (type, GPUs per server, servers, CPUs per server, memory GB per server)
+_UNIT = (
+    (RUBICK_TYPE, 8, 1, 96, 1024.0),
+    ("a100", 4, 2, 48, 512.0),
+    ("v100", 8, 1, 48, 512.0),
+    ("a40", 2, 4, 24, 256.0),
+)
+CLUSTER_TYPES = tuple(gpu_type for gpu_type, *_ in _UNIT)
+# A Crius type the cluster lacks runs on the first of these with a measured time (A10 -> A40).
+STAND_INS = ("a40", "a100", "v100")
 
 
 @dataclass(frozen=True)
@@ -129,7 +142,10 @@ def _source(
 ) -> list[TraceJob]:
     if cls == "elastic":
         base = synergy_trace(n, jobs_per_hour=1.0, seed=seed + 1, multi_gpu=False)
-        return elastic(random_types(base, seed=seed + 2), max_gpus=8)
+        table = builtin_crius()
+        return [
+            _in_cluster(j, table) for j in elastic(random_types(base, seed=seed + 2, table=table), max_gpus=8)
+        ]
     if cls == "cpu":
         return synergy_trace(n, jobs_per_hour=1.0, seed=seed + 3, multi_gpu=False)
     if cls == "small":
@@ -141,6 +157,22 @@ def _source(
     rows = small or list(plan_jobs)
     picks = rng.integers(0, len(rows), size=n)
     return [_within_eight(rows[int(k)]) for k in picks]
+
+
+def _in_cluster(job: TraceJob, table: CriusTable) -> TraceJob:
+    """A Crius job on the mixed cluster's types only (module docstring)."""
+    accepted = tuple(t for t in job.gpu_types if t in CLUSTER_TYPES)
+    if job.gpu_type in CLUSTER_TYPES:
+        return replace(job, gpu_types=accepted)
+    shape = split_model(job.model)
+    if shape is not None and job.batch_size is not None and job.iterations is not None:
+        for gpu_type in STAND_INS:
+            found = iteration_time(table, *shape, job.batch_size, gpu_type, job.num_gpus)
+            if found is not None:
+                duration = round(job.iterations * found.time_s, 3)
+                return replace(job, gpu_type=gpu_type, gpu_types=accepted, duration_s=duration)
+    # Never with the built-in table: every shape measured on an A10 was measured on an A40.
+    raise TraceError(f"mix: job {job.job_id!r} ({job.model}) has no measured time on {', '.join(STAND_INS)}")
 
 
 def _within_eight(job: TraceJob) -> TraceJob:
@@ -159,18 +191,9 @@ def _capped(job: TraceJob, cap: float | None) -> TraceJob:
     return replace(job, duration_s=round(cap, 3), iterations=iterations)
 
 
-# GPUs per 32: (type, GPUs per server, servers, CPUs per server, memory GB per server)
-_UNIT = (
-    (RUBICK_TYPE, 8, 1, 96, 1024.0),
-    ("a100", 4, 2, 48, 512.0),
-    ("v100", 8, 1, 48, 512.0),
-    ("a40", 2, 4, 24, 256.0),
-)
-
-
 def mix_cluster(gpus: int) -> str:
     """The matching cluster TOML: per 32 GPUs one 8-GPU A800 server (Rubick's jobs), two 4-GPU
-    A100s, one 8-GPU V100 and four 2-GPU A40s (Crius's types; every job of the mix fits)."""
+    A100s, one 8-GPU V100 and four 2-GPU A40s (Crius's types but the A10; every job of the mix fits)."""
     if gpus < 32 or gpus % 32:
         raise ConfigError(f"gpus must be a multiple of 32, got {gpus}")
     units = gpus // 32

@@ -134,10 +134,20 @@ def add_parser(
     )
     mx.add_argument("--jobs", type=int, default=200, help="number of jobs (default 200)")
     mx.add_argument("--rate", type=float, default=20.0, metavar="JOBS_PER_HOUR", help="Poisson arrivals (20)")
-    mx.add_argument("--mix", default="elastic=30,cpu=30,small=20,plan=20", help="class weights")
+    mx.add_argument(
+        "--mix",
+        default="elastic=30,cpu=30,small=20,plan=20",
+        help="class weights CLASS=W,... of elastic, cpu, small, plan; classes left out get none "
+        "(default elastic=30,cpu=30,small=20,plan=20)",
+    )
     mx.add_argument("--max-duration-s", type=float, default=8 * 3600.0, help="run-time cap (8 h)")
     mx.add_argument("--guaranteed-fraction", type=float, default=0.3, help="of prod's jobs (0.3)")
-    mx.add_argument("--no-time-limits", action="store_true", help="declare no time limits")
+    mx.add_argument(
+        "--time-limits",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="each job declares a time limit of 1.2-3x its run time, up to the minute (default: on)",
+    )
     mx.add_argument("--gpus", type=int, default=64, help="cluster size, a multiple of 32 (64)")
     mx.add_argument("--seed", type=int, default=0)
     mx.add_argument("--out", required=True, metavar="CSV", help="output trace ('-' for stdout)")
@@ -220,7 +230,7 @@ def run_mix(args: argparse.Namespace) -> int:
         mix=parse_mix(args.mix),
         max_duration_s=args.max_duration_s,
         guaranteed_fraction=args.guaranteed_fraction,
-        time_limits=not args.no_time_limits,
+        time_limits=args.time_limits,
         gpus=args.gpus,
         seed=args.seed,
     )

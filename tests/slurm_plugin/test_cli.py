@@ -12,7 +12,7 @@ import pytest
 
 from planner.metrics import JOB_COLUMNS, SUMMARY_KEYS
 from planner.traces import parse_trace
-from slurm_plugin.cli.main import main
+from slurm_plugin.cli.main import build_parser, main
 
 BIN = Path(sys.executable).parent
 
@@ -78,6 +78,18 @@ def test_sim_writes_the_contract_files(small, tmp_path, capsys):
     assert set(JOB_COLUMNS) <= set(rows[0])
     assert sorted(r["job_id"] for r in rows) == sorted(j.job_id for j in parse_trace(trace.read_text()))
     assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_default_scheduler_is_mosaic(small, tmp_path):
+    cluster, trace = small
+    out = tmp_path / "out"
+    assert (
+        main(["sim", "--cluster", str(cluster), "--trace", str(trace), "--out", str(out), "--no-plot"]) == 0
+    )
+    assert json.loads((out / "summary.json").read_text())["scheduler"] == "mosaic"
+    for command in (["plan", "x.json"], ["controller", "--once"], ["demo"]):
+        args = build_parser().parse_args(command)
+        assert args.default_preset == "mosaic", command
 
 
 def test_sim_defaults_to_the_bundled_demo(tmp_path, capsys):

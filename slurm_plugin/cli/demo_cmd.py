@@ -61,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     write_json(out / "summary.json", {"live": result.live, "sim": result.sim})
     write_atomic(out / "jobs.csv", jobs_csv(result.report.records, result.live["gpus"]))
-    write_plot(result.report, out / "plot.png", result.live["gpus"])
+    restarts = result.live.get("restarts")
+    title = f"scheduler {result.live.get('scheduler')}: {restarts} restarts (live, sacct)"
+    write_plot(result.report, out / "plot.png", result.live["gpus"], title)
     print(f"{'key':<22} {'live (sacct)':>14} {'sim':>14}")
     for key in SUMMARY_KEYS:
         print(f"{key:<22} {_fmt(result.live.get(key)):>14} {_fmt(result.sim.get(key)):>14}")

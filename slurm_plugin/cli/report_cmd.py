@@ -106,8 +106,9 @@ def _decision_times(store: Store, report: Report) -> list[float]:
     return store.decision_times(min(r.submit_time_s for r in report.records))
 
 
-def write_plot(report: Report, path: Path, total_gpus: int) -> None:
-    """Each job's runs as bars (a requeue starts a new bar) and busy GPUs over time."""
+def write_plot(report: Report, path: Path, total_gpus: int, title: str | None = None) -> None:
+    """Each job's runs as bars (a requeue starts a new bar) and busy GPUs over time, under
+    ``title`` (the scheduler, for the demo) when given."""
     from slurm_plugin.cli.plot import can_plot
 
     if not can_plot(path):
@@ -131,6 +132,8 @@ def write_plot(report: Report, path: Path, total_gpus: int) -> None:
             events += [(run.start - origin, run.gpus), (end - origin, -run.gpus)]
     gantt.set_yticks(range(len(report.records)), [r.job_id for r in report.records])
     gantt.set_ylabel("job (red: run ended by a requeue)")
+    if title:
+        gantt.set_title(title)
     level = 0.0
     xs: list[float] = []
     ys: list[float] = []

@@ -59,12 +59,13 @@ _EPS = 1e-9
 
 @dataclass(frozen=True, slots=True)
 class Shape:
-    """What a rate is comparable within: GPU type and count, batch size, execution plan."""
+    """What a rate is comparable within: GPU type and count, batch size, execution plan, nodes."""
 
     gpu_type: str
     num_gpus: int
     batch_size: int | None = None
     plan: str | None = None  # :func:`profiles.schema.plan_key` text; None: as submitted
+    nodes: int | None = None  # nodes the GPUs were on; None: not recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,8 +286,12 @@ def _observed(profile: Profile, matrix: SensitivityMatrix, curve: CpuCurve) -> P
 
 
 def refine_store(store: ProfileStore, points: Iterable[ObservedPoint]) -> ProfileStore:
-    """``store`` where every model with observations answers with its refined profile
-    (``store`` itself when nothing changes)."""
+    """``store`` where every model with observations answers with its refined profile and
+    that carries the points (:meth:`ProfileStore.with_observations`); ``store`` itself when
+    there are none."""
+    points = tuple(points)
+    if not points:
+        return store
     by_model: dict[str, list[ObservedPoint]] = {}
     for p in points:
         by_model.setdefault(store.model_key(p.model), []).append(p)
@@ -296,7 +301,7 @@ def refine_store(store: ProfileStore, points: Iterable[ObservedPoint]) -> Profil
         profile = refine_profile(prior, group)
         if profile is not prior:
             refined.append(profile)
-    return store.with_profiles(refined) if refined else store
+    return (store.with_profiles(refined) if refined else store).with_observations(points)
 
 
 def _describe(curve: CpuCurve) -> str:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from profiles.builtin import builtin_colocation, builtin_profiles
 from profiles.names import normalise, split_batch_suffix
 from profiles.schema import ColocationKey, Profile
+
+if TYPE_CHECKING:
+    from profiles.observed import ObservedPoint
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +34,7 @@ class ProfileStore:
         self._neutral: dict[str, Profile] = {}
         self._with_builtin_colocation = with_builtin_colocation
         self._colocation: dict[ColocationKey, tuple[float, float]] | None = None
+        self._observed: tuple[ObservedPoint, ...] = ()
 
     @classmethod
     def builtin(cls) -> ProfileStore:
@@ -40,7 +45,21 @@ class ProfileStore:
         merged = dict(self._profiles)
         for profile in extra:
             merged[self.canonical_name(profile.name) or profile.name] = profile
-        return ProfileStore(merged, with_builtin_colocation=self._with_builtin_colocation)
+        out = ProfileStore(merged, with_builtin_colocation=self._with_builtin_colocation)
+        out._observed = self._observed
+        return out
+
+    def with_observations(self, points: Sequence[ObservedPoint]) -> ProfileStore:
+        """This store carrying running jobs' measurements, for the models that price plans
+        (Rubick's pricer corrects its answers by them, :mod:`profiles.plan_correction`)."""
+        out = ProfileStore(self._profiles, with_builtin_colocation=self._with_builtin_colocation)
+        out._observed = tuple(points)
+        return out
+
+    @property
+    def observations(self) -> tuple[ObservedPoint, ...]:
+        """What :meth:`with_observations` gave (empty: nothing measured)."""
+        return self._observed
 
     def canonical_name(self, model: str) -> str | None:
         label, _ = split_batch_suffix(model)

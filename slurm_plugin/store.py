@@ -635,6 +635,7 @@ class Store:
                             int(shape["num_gpus"]),
                             shape.get("batch_size"),
                             shape.get("plan"),
+                            shape.get("nodes"),
                         ),
                         cpus_per_gpu=float(row[3]),
                         mem_gb_per_gpu=float(row[4]),
@@ -719,15 +720,15 @@ def _job_record(row: tuple[Any, ...]) -> JobRecord:
 
 
 def _shape_text(shape: Shape) -> str:
-    return json.dumps(
-        {
-            "gpu_type": shape.gpu_type,
-            "num_gpus": shape.num_gpus,
-            "batch_size": shape.batch_size,
-            "plan": shape.plan,
-        },
-        sort_keys=True,
-    )
+    fields: dict[str, Any] = {
+        "gpu_type": shape.gpu_type,
+        "num_gpus": shape.num_gpus,
+        "batch_size": shape.batch_size,
+        "plan": shape.plan,
+    }
+    if shape.nodes is not None:  # stores written before nodes were recorded keep their shape text
+        fields["nodes"] = shape.nodes
+    return json.dumps(fields, sort_keys=True)
 
 
 def _compacted(text: str) -> str | None:

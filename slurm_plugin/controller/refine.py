@@ -273,7 +273,13 @@ class Refiner:
             return None
         return ObservedPoint(
             model=self.base.model_key(job.model),
-            shape=Shape(str(types.pop()), a.num_gpus, job.batch_size, plan_key(a.plan)),
+            shape=Shape(
+                str(types.pop()),
+                a.num_gpus,
+                job.batch_size,
+                plan_key(a.plan),
+                len({node for node, _ in a.gpus}),
+            ),
             cpus_per_gpu=a.cpus / a.num_gpus,
             mem_gb_per_gpu=a.mem_gb / a.num_gpus,
             samples_per_s_per_gpu=rate / a.num_gpus,

@@ -130,6 +130,9 @@ def test_a_wrong_prior_is_corrected_in_the_next_round(config: ControllerConfig, 
     if refine:
         rates = {p.job_id: (p.cpus_per_gpu, p.samples_per_s_per_gpu, p.time_s) for p in store.observations()}
         assert rates == {"11": (4.0, 200.0, T0 + 200), "12": (9.0, 200.0, T0 + 200)}  # the controller's time
+        # Each point records the nodes its GPUs were on (Rubick's pricer needs them), and the
+        # state store gives them back.
+        assert {p.shape.nodes for p in store.observations()} == {1}
 
 
 def test_observations_survive_a_controller_restart(config: ControllerConfig) -> None:

@@ -51,8 +51,9 @@ from planner.policies.mosaic.view import (
     DeclaredView,
     RestartRule,
 )
-from planner.policies.rubick.curves import JobCurve, job_curve
+from planner.policies.rubick.curves import CurveBook, JobCurve, job_curve
 from planner.policies.rubick.policy import (
+    book_for,
     privileged,
     quotas_of,
     rubick_usage,
@@ -101,6 +102,7 @@ class MosaicOrdering:
     time_limits: bool = True
     bound_cap_minutes: float = 7 * 24 * 60.0
     las_preemption: bool = True
+    book: CurveBook = field(default_factory=shared_book)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
@@ -137,6 +139,7 @@ class MosaicOrdering:
             f.flag("time_limits", True),
             7 * 24 * 60.0 if cap is None else cap,
             f.flag("las_preemption", True),
+            book_for(context.profiles),
         )
 
     def lens(self, snapshot: Snapshot) -> Snapshot:
@@ -145,7 +148,7 @@ class MosaicOrdering:
     def order(self, snapshot: Snapshot) -> Sequence[Job]:
         chosen: set[str] = set()
         if self.guarantees and self.quotas and any(j.guaranteed for j in snapshot.jobs):
-            chosen = privileged(snapshot.jobs, self.quotas, rubick_usage(_Curves(snapshot)))
+            chosen = privileged(snapshot.jobs, self.quotas, rubick_usage(_Curves(snapshot, self.book)))
         ordered = list(self.las.order(snapshot))
         first = sorted((j for j in ordered if j.id in chosen), key=running_first)
         settled = {j.id for j in snapshot.jobs if j.id not in chosen and self.restarts.settled(j)}
@@ -168,8 +171,9 @@ class MosaicOrdering:
 class _Curves(Mapping[str, JobCurve | None]):
     """Rubick's curve of a job, worked out only for the jobs the quota rule asks about."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, book: CurveBook) -> None:
         self._snapshot = snapshot
+        self._book = book
         self._jobs = {j.id: j for j in snapshot.jobs}
         self._memo: dict[str, JobCurve | None] = {}
         self._shapes: dict[tuple[str, ...], tuple[int, float]] = {}
@@ -177,7 +181,7 @@ class _Curves(Mapping[str, JobCurve | None]):
     def __getitem__(self, job_id: str) -> JobCurve | None:
         if job_id not in self._memo:
             job = self._jobs[job_id]
-            self._memo[job_id] = job_curve(shared_book(), job, self._snapshot, True, self._shapes)
+            self._memo[job_id] = job_curve(self._book, job, self._snapshot, True, self._shapes)
         return self._memo[job_id]
 
     def __iter__(self):  # type: ignore[no-untyped-def]

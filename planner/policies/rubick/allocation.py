@@ -58,7 +58,7 @@ from planner.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
 from planner.policies.common import consolidated_slots, options_reader
 from planner.policies.elastic import keeps_its_gpus
 from planner.policies.rubick.curves import CurveBook, JobCurve, Point, even_nodes, job_curve, layout
-from planner.policies.rubick.policy import neutral_slope, privileged, quotas_of, rubick_usage, shared_book
+from planner.policies.rubick.policy import book_for, neutral_slope, privileged, quotas_of, rubick_usage
 from planner.policies.shaping import proportional_share
 from planner.registry import StageContext
 from planner.stages import RECONFIGURATIONS, Draft
@@ -133,7 +133,7 @@ class RubickAllocation:
         if threshold is not None and not 0 <= threshold < 1:
             f.fail_key("threshold", f"must be in [0, 1), got {threshold}")
         return cls(
-            shared_book(),
+            book_for(context.profiles),
             quotas_of(context),
             f.flag("plans", True),
             f.flag("resources", True),

@@ -35,7 +35,9 @@ from planner.policies.common import arrival_key, options_reader
 from planner.policies.rubick.curves import CurveBook, JobCurve, job_curve, layout
 from planner.registry import StageContext
 from planner.stages import ORDERINGS
+from profiles.plan_correction import PlanTime, corrected, plan_times
 from profiles.plan_pricing import builtin_pricer
+from profiles.store import ProfileStore
 
 DEFAULT_STARVATION_S = 3600.0
 SLOPE_DIGITS = 9
@@ -48,6 +50,22 @@ PRIVILEGED = "privileged"
 def shared_book() -> CurveBook:
     """One memo of best plans per process (answers depend only on their arguments)."""
     return CurveBook(builtin_pricer)
+
+
+def book_for(profiles: ProfileStore) -> CurveBook:
+    """The memo of best plans priced with what running jobs measured (``profiles``'s
+    observations, :mod:`profiles.plan_correction`); :func:`shared_book` when they measured
+    no priced model at a known plan."""
+    if not profiles.observations:
+        return shared_book()
+    times = plan_times(profiles.observations, builtin_pricer())
+    return _corrected_book(tuple(sorted(times, key=repr))) if times else shared_book()
+
+
+@lru_cache(maxsize=4)
+def _corrected_book(times: tuple[PlanTime, ...]) -> CurveBook:
+    """One memo per set of observations: a controller re-plans many rounds between new ones."""
+    return CurveBook(lambda: corrected(builtin_pricer(), times))
 
 
 def quotas_of(context: StageContext) -> Mapping[str, int]:
@@ -159,7 +177,7 @@ class RubickOrdering:
         if starvation is not None and starvation < 0:
             f.fail_key("starvation_s", f"must be >= 0, got {starvation}")
         return cls(
-            shared_book(),
+            book_for(context.profiles),
             quotas_of(context),
             DEFAULT_STARVATION_S if starvation is None else starvation,
             f.flag("plans", True),

@@ -191,4 +191,3 @@ def corrected(base: PlanPricer, observed: Sequence[PlanTime]) -> PlanPricer:
     if not observed:
         return base
     return CorrectedPricer(base.perf, base.models, base.gpu_mem_gb, observed=tuple(observed))
-

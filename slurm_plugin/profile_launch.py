@@ -107,9 +107,12 @@ def _sbatch_options(text: str) -> dict[str, Any]:
 
 def example_target(name: str, steps: int, data_dir: Path | None = None, framework: str = "torch") -> Target:
     """A named example; its plan samples train with ``framework`` under mosaic-run (its CPU
-    runs are plain torch either way)."""
+    runs are plain torch either way). An example with data caches it in ``data_dir``
+    (default :func:`wrapper.examples.default_data_dir`), where its size is measured."""
     example = examples.get_example(name)
-    examples.example_script(name)  # fails early, naming the path, outside a source checkout
+    examples.example_script(name)  # fails early, naming the path or the missing extra
+    if example.has_data and data_dir is None:
+        data_dir = examples.default_data_dir(name)
     if framework not in example.frameworks:
         raise InputError(
             f"--framework {framework}: example {name!r} trains with {', '.join(example.frameworks)}"

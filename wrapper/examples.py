@@ -38,14 +38,21 @@ sets it. Every run also prints one last line on stdout, ``{"event": "summary", .
 its steps, samples, seconds and ``samples_per_s`` over the steps after the first.
 
 The image data (JPEG files generated once, deterministically, with Pillow) is cached in a
-directory (``data_dir``; default ``$TMPDIR`` or ``/tmp``, ``mosaic-image-cnn-<spec>``), so
-only the first run pays for it; :func:`prepare_command` generates it ahead of measuring.
+directory (``data_dir``; the script's default is ``$TMPDIR`` or ``/tmp``,
+``mosaic-image-cnn-<spec>``; the profiler's is :func:`default_data_dir`), so only the first
+run pays for it; :func:`prepare_command` generates it ahead of measuring.
+
+The examples' Python modules (torch; Pillow for the image example) are the extra
+``slurm-mosaic[examples]``; :func:`example_script` names it when one is missing.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +79,7 @@ class Example:
     default_args: tuple[str, ...] = ()
     has_data: bool = False
     frameworks: tuple[str, ...] = ("torch",)
+    requires: tuple[tuple[str, str], ...] = (("torch", "torch"),)  # (module, distribution)
 
 
 EXAMPLES: dict[str, Example] = {
@@ -84,6 +92,7 @@ EXAMPLES: dict[str, Example] = {
             cpu_sensitive=True,
             description="small CNN on JPEG images decoded and augmented by cpus-1 DataLoader workers",
             has_data=True,
+            requires=(("torch", "torch"), ("PIL", "Pillow")),
         ),
         Example(
             name="text-transformer",
@@ -117,7 +126,8 @@ def repo_root() -> Path:
 
 
 def example_script(name: str) -> Path:
-    """The example's script; an :class:`InputError` when this install has no ``contrib/``.
+    """The example's script; an :class:`InputError` when this install has no ``contrib/``, or
+    when this interpreter lacks a module the example imports (the extra that provides it named).
 
     The examples are not part of the installed packages: they are found next to the
     packages in a source checkout (``pip install -e .``, or running from the repository).
@@ -129,7 +139,27 @@ def example_script(name: str) -> Path:
             f"example {name!r}: {path} not found; the examples live in the repository's "
             "contrib/examples/ and are not installed with the package: run from a source checkout"
         )
+    missing = [dist for module, dist in example.requires if not _importable(module)]
+    if missing:
+        raise InputError(
+            f"example {name!r} needs {', '.join(missing)}, not installed here: "
+            "pip install 'slurm-mosaic[examples]'"
+        )
     return path
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken install, or a module set to None
+        return False
+
+
+def default_data_dir(name: str) -> Path:
+    """Where the profiler caches an example's data when given no directory:
+    ``$TMPDIR`` (or the system's temporary directory) ``/mosaic-example-NAME``."""
+    get_example(name)
+    return Path(os.environ.get("TMPDIR") or tempfile.gettempdir()) / f"mosaic-example-{name}"
 
 
 def _mosaic_run() -> str:

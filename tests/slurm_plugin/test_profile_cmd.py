@@ -271,6 +271,32 @@ def test_an_example_runs_plainly_for_the_cpu_search_and_under_mosaic_run_for_a_p
         example_target("image-cnn", steps=50, framework="deepspeed")
 
 
+def test_the_image_example_caches_its_data_in_a_default_directory_it_measures(tmp_path, monkeypatch):
+    # README's form, `mosaic profile --example image-cnn --cpus 1,2 --local --out p.json`, had no
+    # --data-dir: the data went to the script's own directory and its size was "unknown".
+    from slurm_plugin.profiler import example_target
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    target = example_target("image-cnn", steps=50)
+    expected = tmp_path / "mosaic-example-image-cnn"
+    assert target.data_dir == expected
+    assert target.prepare is not None and target.prepare[-2:] == ["--data", str(expected)]
+    plain = target.command(1, None, 32)
+    assert plain[plain.index("--data") + 1] == str(expected)
+    given = example_target("image-cnn", steps=50, data_dir=tmp_path / "mine")
+    assert given.data_dir == tmp_path / "mine"
+    assert example_target("text-transformer", steps=50).data_dir is None  # no data set
+
+
+def test_an_example_without_its_modules_names_the_extra(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "PIL", None)  # as if Pillow were not installed
+    out = str(tmp_path / "p.json")
+    assert profile("--example", "image-cnn", "--cpus", "1", "--local", "--out", out) == 2
+    err = capsys.readouterr().err.strip()
+    assert "example 'image-cnn' needs Pillow" in err and "pip install 'slurm-mosaic[examples]'" in err
+    assert len(err.splitlines()) == 1
+
+
 def test_a_real_example_is_profiled(tmp_path, capsys):
     out = tmp_path / "text.json"
     fast = ["--run-s", "2", "--heartbeat-s", "0.5"]

@@ -52,7 +52,7 @@ class ControllerConfig:
     stop_timeout_s: float = 60.0
     max_restarts_per_hour: int = 6
     gpu_types: tuple[str, ...] = DEFAULT_GPU_TYPES
-    default_gpu_type: str = "v100"
+    default_gpu_type: str | None = None  # nodes whose GRES and features name no type; None: "unknown"
     default_model: str = "unknown"
     metrics_file: str | None = "metrics.prom"
     spool_keep_s: float = 86400.0  # after Slurm stops listing a job (slurm_plugin/controller/spoolsweep.py)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -265,11 +266,34 @@ def sharing_notice(scheduler: str, nodes: Sequence[SlurmNode], partitions: Seque
     )
 
 
+UNKNOWN_GPU_TYPE = "unknown"
+_untyped_logged: set[str] = set()  # nodes already logged as having no GPU type
+
+
 def node_gpu_type(node: SlurmNode, config: ControllerConfig) -> str:
+    """A node's GPU type: a feature naming one of ``gpu_types``; else the type its GRES names
+    (``gpu:a100:4``, or the known type inside a longer name: ``gpu:nvidia_a100-sxm4-80gb:8`` ->
+    ``a100``; another name is kept as it is, lowercased); else ``default_gpu_type`` when the
+    operator set one; else ``unknown`` (logged once per node), never a type it may not have."""
     for feature in node.features:
         if feature.lower() in config.gpu_types:
             return feature.lower()
-    return config.default_gpu_type
+    gres = node.gres_gpu_type.lower()
+    if gres:
+        known = [t for t in re.split(r"[^a-z0-9]+", gres) if t in config.gpu_types]
+        return known[0] if len(set(known)) == 1 else gres
+    if config.default_gpu_type:
+        return config.default_gpu_type.lower()
+    if node.name not in _untyped_logged:
+        _untyped_logged.add(node.name)
+        log.warning(
+            "node %s: neither its GRES (gpu:TYPE:N) nor its features (%s) name a GPU type of "
+            "[controller] gpu_types; planned as type %r (set a feature, or default_gpu_type)",
+            node.name,
+            ",".join(node.features) or "none",
+            UNKNOWN_GPU_TYPE,
+        )
+    return UNKNOWN_GPU_TYPE
 
 
 def _natural(name: str) -> tuple[str, int]:

@@ -64,6 +64,21 @@ def expand_indices(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def gres_gpu_type(text: str) -> str:
+    """The GPU type a node's GRES names (``gpu:a100:4`` -> ``a100``; ``gpu:4``: ``""``).
+
+    Several typed entries (``gpu:a100:2,gpu:v100:2``) name them all, joined by ``+``."""
+    types: list[str] = []
+    for raw in text.split(","):
+        item = re.sub(r"\(.*?\)", "", raw.strip())
+        if item.startswith(("gres:", "gres/")):
+            item = item[5:]
+        fields = item.split(":")
+        if fields[0] == "gpu" and len(fields) >= 2 and not fields[1].isdigit() and fields[1] not in types:
+            types.append(fields[1])
+    return "+".join(types)
+
+
 def gres_counts(text: str) -> dict[str, int]:
     """Count per GRES name in ``gres:gpu:2,gres:shard:1`` / ``gpu:a100:4`` / ``gpu:4(S:0)``."""
     counts: dict[str, int] = {}
@@ -621,6 +636,7 @@ class SlurmNode:
     alloc_mem_mb: int
     gpus_used: int
     reason: str
+    gres_gpu_type: str = ""  # the type its GRES names (``gpu:a100:4``); "" when untyped
 
     @property
     def shards_per_gpu(self) -> int:
@@ -646,7 +662,8 @@ def _node(raw: Mapping[str, Any]) -> SlurmNode:
     r = _Reader(raw, "sinfo --json: node")
     name = r.req("name", str)
     r.where = f"sinfo --json: node {name}"
-    gres = gres_counts(r.get("gres", str, ""))
+    gres_text = r.get("gres", str, "")
+    gres = gres_counts(gres_text)
     used = gres_counts(r.get("gres_used", str, ""))
     features = r.get("active_features", str, "") or r.get("features", str, "")
     return SlurmNode(
@@ -663,6 +680,7 @@ def _node(raw: Mapping[str, Any]) -> SlurmNode:
         alloc_mem_mb=r.get("alloc_memory", int, 0),
         gpus_used=used.get("gpu", 0),
         reason=r.get("reason", str, ""),
+        gres_gpu_type=gres_gpu_type(gres_text),
     )
 
 

@@ -209,3 +209,36 @@ def test_a_node_feature_naming_a_known_gpu_type_is_its_type(slurm, feature):
     _, nodes = slurm
     node = replace(nodes[0], features=("ib", feature))
     assert node_gpu_type(node, CONFIG) == feature.lower()
+
+
+def test_a_node_of_an_unknown_gpu_type_keeps_the_name_slurm_gives_it(slurm, caplog):
+    # A node whose type the controller could not match was labelled v100 (default_gpu_type).
+    from slurm_plugin.controller.observe import UNKNOWN_GPU_TYPE, node_gpu_type
+    from slurm_plugin.slurm.parse import gres_gpu_type
+
+    assert gres_gpu_type("gpu:rtx4090:8(S:0-1),shard:16") == "rtx4090"
+    assert gres_gpu_type("gres/gpu:4") == "" and gres_gpu_type("") == ""
+    jobs, nodes = slurm
+    bare = replace(nodes[0], features=("ib",))
+    assert node_gpu_type(replace(bare, gres_gpu_type="RTX4090"), CONFIG) == "rtx4090"
+    assert node_gpu_type(replace(bare, gres_gpu_type="nvidia_a100-sxm4-80gb"), CONFIG) == "a100"
+    assert node_gpu_type(replace(bare, gres_gpu_type="tesla_v100"), CONFIG) == "v100"
+    assert node_gpu_type(replace(bare, features=("a40",), gres_gpu_type="rtx4090"), CONFIG) == "a40"
+    # No type anywhere: "unknown", logged once, unless the operator chose a default.
+    with caplog.at_level("WARNING"):
+        assert node_gpu_type(replace(bare, name="untyped-1"), CONFIG) == UNKNOWN_GPU_TYPE
+        assert node_gpu_type(replace(bare, name="untyped-1"), CONFIG) == UNKNOWN_GPU_TYPE
+    assert [r.getMessage() for r in caplog.records].count(
+        "node untyped-1: neither its GRES (gpu:TYPE:N) nor its features (ib) name a GPU type of "
+        "[controller] gpu_types; planned as type 'unknown' (set a feature, or default_gpu_type)"
+    ) == 1
+    chosen = ControllerConfig(partitions=("gpu",), default_gpu_type="T4")
+    assert node_gpu_type(bare, chosen) == "t4"
+    # sinfo's typed GRES reaches the snapshot, and the round plans on it.
+    text = (DATA / "sinfo.json").read_text().replace('"gres": "gpu:4"', '"gres": "gpu:rtx4090:4"')
+    typed = [replace(n, features=()) for n in parse_sinfo_json(text)]
+    assert {n.gres_gpu_type for n in typed} == {"rtx4090"}
+    obs = build_observation(2e9, jobs, typed, {}, CONFIG)
+    assert {n.gpu_type for n in obs.snapshot.nodes} == {"rtx4090"}
+    plan = plan_round(obs.snapshot, build_scheduler(preset("mosaic")))
+    assert plan.assignments

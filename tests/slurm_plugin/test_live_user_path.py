@@ -4,7 +4,8 @@ controller, resized by an admin with ``mosaic resize``, resumed, COMPLETED.
 ``contrib/examples/job.sh`` is the script README.md shows; it runs
 ``contrib/examples/train_torch.py`` (torch DDP on gloo) under ``mosaic-run`` and ends with
 ``rt.done()``. The test submits it with ``mosaic submit -- SBATCH_OPTIONS SCRIPT`` (the form
-that failed with "no such file"), lets one controller tick start it on 2 GPUs, resizes it
+that failed with "no such file"), lets one controller tick of the default scheduler
+(``mosaic``) start it on 2 GPUs, resizes it
 to 4 with ``mosaic resize``, and checks: the job resumed at the step after its checkpoint
 with 4 ranks, every loss equals an uninterrupted run's (1e-4 relative), it ended COMPLETED,
 ``mosaic snapshot`` shows a 4-GPU request next to its 4-GPU assignment, and the next tick
@@ -69,7 +70,7 @@ def _explain(config, job_id, out):
 
 
 def _run(live, config, common, job_id, work, out, spool, capsys):
-    tick = controller(config, "fifo").tick()
+    tick = controller(config, "mosaic").tick()
     assert tick.ok and tick.result is not None and tick.result.done, tick.to_json()
     log = work / f"mosaic-example-{job_id}.loss.jsonl"
     wait_for("4 steps on 2 GPUs", lambda: len(losses(log)) >= 4, 120)
@@ -84,7 +85,7 @@ def _run(live, config, common, job_id, work, out, spool, capsys):
     snapshot = json.loads(capsys.readouterr().out)
     (job,) = [j for j in snapshot["jobs"] if j["id"] == job_id]
     assert job["num_gpus"] == 4 and len(job["assignment"]["gpus"]) == 4, job
-    again = controller(config, "fifo").tick()
+    again = controller(config, "mosaic").tick()
     assert again.ok and again.actions == [], again.to_json()
 
     ended = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}

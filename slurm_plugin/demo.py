@@ -40,7 +40,7 @@ from planner.traces.records import TraceJob
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.loop import Controller
 from slurm_plugin.directives import encode_comment
-from slurm_plugin.report import Report, build_report, summary
+from slurm_plugin.report import Report, build_report, shards_per_gpu_by_node, summary
 from slurm_plugin.slurm.backend import CliSlurm
 from slurm_plugin.store import Store
 from slurm_plugin.testcluster import lifecycle
@@ -234,8 +234,8 @@ def run_demo(
         controller.run_forever(before_tick=submit_arrivals, done=finished)
         end = time.time()
         rows = _wait_for_accounting(client, since, len(jobs))
-        report = build_report(rows, config.partitions, end)
         nodes = [n for n in client.nodes() if "gpu" in n.partitions]
+        report = build_report(rows, config.partitions, end, shards_per_gpu_by_node(nodes))
         decisions = Store(config.store_path).decision_times()
         live = summary(
             report,

@@ -25,7 +25,8 @@ metrics module:
 * deadline = submit + the comment's ``deadline_s`` (``#MOSAIC --deadline-s S``: S seconds
   after submission), so the deadline keys are the simulator's too;
 * attained GPU-s and allocated GPU-/CPU-seconds = each run's ``AllocTRES`` times its length;
-  a ``gres/shard`` counts as half a GPU (:data:`SHARDS_PER_GPU`; needs
+  a ``gres/shard`` counts as 1 / the shards per GPU of the nodes the run held (``gres/shard=8``
+  on a 2-GPU node: a quarter of a GPU), from :func:`shards_per_gpu_by_node` (needs
   ``AccountingStorageTRES=gres/gpu,gres/shard``, else sacct does not record shards).
 """
 
@@ -37,10 +38,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from planner.errors import InputError
+from planner.hostlist import expand_hostlist
 from planner.metrics import JobRecord, active_at_arrival, summarize
 from planner.relaunch import Change
 from slurm_plugin.directives import decode_comment
-from slurm_plugin.slurm.parse import SlurmParseError, parse_time, tres_map
+from slurm_plugin.slurm.parse import SlurmNode, SlurmParseError, parse_time, tres_map
 from slurm_plugin.slurm.runner import SlurmCommandError
 from slurm_plugin.store import ALREADY_RUNNING
 
@@ -77,7 +80,7 @@ class Run:
     submit: float | None
     start: float | None
     end: float | None
-    gpus: float  # a shard counts as 1 / SHARDS_PER_GPU of a GPU
+    gpus: float  # a shard counts as 1 / its node's shards per GPU of a GPU
     cpus: int
     nodes: str
     admin_comment: str = ""
@@ -92,12 +95,30 @@ class Report:
 
 
 SHARDS_PER_GPU = 2
-"""``gres/shard`` per GPU on a Mosaic shard cluster (``Name=shard Count=2`` per GPU): a job
-sharing a GPU holds one shard, so its GPU-hours count half a GPU's, and the two partners
-of a pair add up to the GPU (README, "Sharing GPUs on the live path")."""
+"""``gres/shard`` per GPU on Mosaic's shard test cluster (``Name=shard Count=2`` per GPU): the
+count a run's shards are divided by when none of its nodes, nor the cluster's, say theirs."""
 
 
-def gpus_of(tres: Mapping[str, str], shards_per_gpu: int = SHARDS_PER_GPU) -> float:
+def shards_per_gpu_by_node(nodes: Iterable[SlurmNode]) -> dict[str, int]:
+    """``gres/shard`` per GPU of each node offering shards (``gres/shard=8`` on 2 GPUs: 4)."""
+    return {n.name: n.shards_per_gpu for n in nodes if n.shards_per_gpu}
+
+
+def _run_shards_per_gpu(node_list: str, by_node: Mapping[str, int]) -> float:
+    """Shards per GPU of a run on ``node_list``: its nodes' (their mean where they differ),
+    else the cluster's when all its nodes agree, else :data:`SHARDS_PER_GPU`."""
+    try:
+        names = expand_hostlist(node_list)
+    except InputError:  # a list Slurm would not write: the cluster's count
+        names = ()
+    known = [by_node[n] for n in names if n in by_node]
+    if known:
+        return sum(known) / len(known)
+    cluster = set(by_node.values())
+    return cluster.pop() if len(cluster) == 1 else SHARDS_PER_GPU
+
+
+def gpus_of(tres: Mapping[str, str], shards_per_gpu: float = SHARDS_PER_GPU) -> float:
     """GPUs a TRES list holds: ``gres/gpu`` plus ``gres/shard`` / ``shards_per_gpu``."""
     return _count(tres, "gres/gpu") + _count(tres, "gres/shard") / shards_per_gpu
 
@@ -109,8 +130,14 @@ def _count(tres: Mapping[str, str], key: str) -> int:
         raise SlurmParseError(f"sacct: {key}={tres.get(key)!r} is not a count") from None
 
 
-def build_report(rows: Iterable[Mapping[str, str]], partitions: Sequence[str], now: float) -> Report:
-    """Per-job records from ``sacct -D -X -P`` rows of the managed partitions."""
+def build_report(
+    rows: Iterable[Mapping[str, str]],
+    partitions: Sequence[str],
+    now: float,
+    shards_per_gpu: Mapping[str, int] | None = None,
+) -> Report:
+    """Per-job records from ``sacct -D -X -P`` rows of the managed partitions
+    (``shards_per_gpu``: per node, :func:`shards_per_gpu_by_node`)."""
     by_job: dict[str, list[Mapping[str, str]]] = {}
     for row in rows:
         if row.get("Partition") in partitions:
@@ -119,7 +146,7 @@ def build_report(rows: Iterable[Mapping[str, str]], partitions: Sequence[str], n
     runs: dict[str, list[Run]] = {}
     gpu_s = cpu_s = 0.0
     for job_id, job_rows in by_job.items():
-        job_runs = [_run(job_id, r) for r in job_rows]
+        job_runs = [_run(job_id, r, shards_per_gpu or {}) for r in job_rows]
         runs[job_id] = job_runs
         first = job_rows[0]
         # A shard job asks for a share of one GPU per node: it is a 1-GPU-per-node job.
@@ -259,15 +286,16 @@ def _numeric(job_id: str) -> int:
     return int(digits) if digits else 0
 
 
-def _run(job_id: str, row: Mapping[str, str]) -> Run:
+def _run(job_id: str, row: Mapping[str, str], shards_per_gpu: Mapping[str, int]) -> Run:
     alloc = tres_map(row.get("AllocTRES", ""))
+    per_gpu = _run_shards_per_gpu(row.get("NodeList", ""), shards_per_gpu) if "gres/shard" in alloc else 1
     return Run(
         job_id=job_id,
         state=row.get("State", "").split()[0] if row.get("State") else "",
         submit=parse_time(row.get("Submit", "")),
         start=parse_time(row.get("Start", "")),
         end=parse_time(row.get("End", "")),
-        gpus=gpus_of(alloc),
+        gpus=gpus_of(alloc, per_gpu),
         cpus=_count(alloc, "cpu"),
         nodes=row.get("NodeList", ""),
         admin_comment=row.get("AdminComment", ""),

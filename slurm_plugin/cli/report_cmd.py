@@ -12,7 +12,14 @@ from planner.metrics import jobs_csv
 from slurm_plugin.cli.controller_cmd import _live_args, load_config
 from slurm_plugin.cli.sim_cmd import format_summary
 from slurm_plugin.files import read_toml, write_atomic, write_json
-from slurm_plugin.report import Report, accounting_error, build_report, summary, with_store_starts
+from slurm_plugin.report import (
+    Report,
+    accounting_error,
+    build_report,
+    shards_per_gpu_by_node,
+    summary,
+    with_store_starts,
+)
 from slurm_plugin.slurm.backend import CliSlurm
 from slurm_plugin.slurm.parse import parse_time
 from slurm_plugin.slurm.runner import SlurmCommandError, SlurmError
@@ -66,12 +73,12 @@ def run(args: argparse.Namespace) -> int:
         if store is not None and rows:
             submits = [t for t in (parse_time(r.get("Submit", "")) for r in rows) if t is not None]
             rows = with_store_starts(rows, store.starts_done(min(submits, default=now)))
-        report = build_report(rows, config.partitions, now)
+        nodes = [n for n in client.nodes() if set(n.partitions) & set(config.partitions)]
+        report = build_report(rows, config.partitions, now, shards_per_gpu_by_node(nodes))
         decisions = _decision_times(store, report) if store is not None else []
     finally:
         if store is not None:
             store.close()
-    nodes = [n for n in client.nodes() if set(n.partitions) & set(config.partitions)]
     doc = summary(
         report,
         cluster_gpus=sum(n.gpus for n in nodes),

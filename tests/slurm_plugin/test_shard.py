@@ -176,6 +176,27 @@ def test_report_counts_a_shard_as_half_a_gpu():
     assert report.allocated_gpu_s == pytest.approx(sum(gpus[j] * length[j] for j in gpus))
 
 
+def test_report_divides_shards_by_the_nodes_own_shards_per_gpu():
+    # A shard counted half a GPU whatever the node offered: gres/shard=8 on 2 GPUs is 4 per GPU.
+    from slurm_plugin.report import shards_per_gpu_by_node
+
+    text = (DATA / "sinfo_shard.json").read_text()
+    nodes = parse_sinfo_json(text.replace("gpu:4,shard:8", "gpu:2,shard:8"))
+    assert shards_per_gpu_by_node(nodes) == {"n1": 4, "n2": 4}
+    rows = parse_parsable((DATA / "sacct_shard.txt").read_text())
+    report = build_report(rows, ["gpu"], now=2e9, shards_per_gpu=shards_per_gpu_by_node(nodes))
+    assert {job: runs[0].gpus for job, runs in report.runs.items()} == {
+        "1": 0.25,
+        "2": 0.25,
+        "3": 0.5,
+        "4": 1.0,
+    }
+    # A run on a node Slurm no longer lists takes the cluster's count when its nodes agree.
+    gone = [{**r, "NodeList": "n9"} for r in rows]
+    report = build_report(gone, ["gpu"], now=2e9, shards_per_gpu={"n1": 8, "n2": 8})
+    assert report.runs["3"][0].gpus == 0.25
+
+
 def test_startup_notice_says_whether_the_cluster_can_share():
     shard_nodes = parse_sinfo_json((DATA / "sinfo_shard.json").read_text())
     plain_nodes = parse_sinfo_json((DATA / "sinfo.json").read_text())

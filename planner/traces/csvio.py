@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from planner.errors import TraceError
+from planner.execplan import PlanError, plan_from_mapping
 from planner.fields import loads_json
 from planner.model import demand_problem
 from planner.traces.records import TraceJob
@@ -201,6 +202,7 @@ def _parse_plan(r: _Row) -> dict[str, Any] | None:
         raise r.fail("plan", f"not a JSON object: {e}") from None
     if not isinstance(plan, dict):
         raise r.fail("plan", f"expected a JSON object, got {text!r}")
+    _check_plan(r, "plan", plan)
     return plan
 
 
@@ -214,7 +216,18 @@ def _parse_plans(r: _Row) -> tuple[dict[str, Any], ...]:
         raise r.fail("plans", f"not a JSON list: {e}") from None
     if not isinstance(plans, list) or not all(isinstance(p, dict) for p in plans):
         raise r.fail("plans", f"expected a JSON list of objects, got {text!r}")
+    for k, plan in enumerate(plans, start=1):
+        _check_plan(r, "plans", plan, f"plan {k}")
     return tuple(plans)
+
+
+def _check_plan(r: _Row, column: str, plan: dict[str, Any], where: str = "plan") -> None:
+    """A plan no framework can run (``zero_stage`` 9, an unknown key) is the row's error."""
+    try:
+        plan_from_mapping(plan, where)
+    except PlanError as e:
+        message = str(e)
+        raise r.fail(column, message.removeprefix("plan: ") if where == "plan" else message) from None
 
 
 def format_trace(jobs: Iterable[TraceJob]) -> str:

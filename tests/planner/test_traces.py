@@ -104,6 +104,14 @@ def test_elastic_columns_parse_and_round_trip():
             "job_id,submit_time_s,num_gpus,duration_s,model,plan\n1,0,1,5,m,[1]\n",
             r"column 'plan': expected a JSON",
         ),
+        (  # ZeRO stages are 0-3: a plan no framework can run was accepted
+            'job_id,submit_time_s,num_gpus,duration_s,model,plan\n1,0,1,5,m,"{""zero_stage"": 9}"\n',
+            r"t.csv:2: column 'plan': key 'zero_stage': expected 0, 1, 2 or 3, got 9",
+        ),
+        (
+            'job_id,submit_time_s,num_gpus,duration_s,model,plans\n1,0,1,5,m,"[{}, {""zero"": 2}]"\n',
+            r"t.csv:2: column 'plans': plan 2: unknown key 'zero'",
+        ),
         ("job_id,submit_time_s,num_gpus,duration_s,model\n1,0,1,5,m,extra\n", r"t.csv:2: more cells than"),
         (
             "job_id,submit_time_s,num_gpus,duration_s,model,min_gpus\n1,0,2,5,m,3\n",

@@ -12,8 +12,10 @@ from typing import Any
 
 from planner.cluster import cluster_from_toml
 from planner.config import build_scheduler
+from planner.errors import InputError
 from planner.metrics import CLASS_KEYS, SUMMARY_KEYS, jobs_csv, tenant_summary
 from planner.sim import SimConfig, Simulator
+from planner.sim.feasibility import describe, never_startable
 from planner.traces import parse_trace
 from profiles.store import ProfileStore
 from slurm_plugin.cli.plot import write_sim_plot
@@ -81,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
         read_text(args.cluster) if args.cluster else bundled_text(DEMO_CLUSTER), source=cluster_name
     )
     trace = parse_trace(read_text(args.trace) if args.trace else bundled_text(DEMO_TRACE), source=trace_name)
+    impossible = never_startable(nodes, trace)
+    if impossible:  # sbatch refuses such a job; the simulation would only stall on it
+        raise InputError(describe(impossible, f"{trace_name} on {cluster_name}"))
     profiles: ProfileStore = load_profile_store(args.profiles)
     config = scheduler_config(args)
     scheduler = build_scheduler(config, profiles, profile_noise=args.profile_noise, seed=args.seed)

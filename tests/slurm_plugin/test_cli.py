@@ -92,6 +92,29 @@ def test_the_default_scheduler_is_mosaic(small, tmp_path):
         assert args.default_preset == "mosaic", command
 
 
+def test_sim_refuses_a_trace_with_jobs_no_node_of_the_cluster_can_hold(tmp_path, capsys):
+    # They were simulated to a warning ("can never start ... stopping") and exit 0.
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text(CLUSTER)  # 2 nodes x 4 v100
+    trace = tmp_path / "trace.csv"
+    trace.write_text(
+        "job_id,submit_time_s,num_gpus,duration_s,model,gpu_type,min_gpus\n"
+        "fits,0,8,100,resnet18,v100,\n"
+        "big,0,16,100,resnet18,,\n"
+        "a100,5,1,100,resnet18,a100,\n"
+        "elastic,9,12,100,resnet18,v100,8\n"
+    )
+    out = tmp_path / "out"
+    args = ["sim", "--cluster", str(cluster), "--trace", str(trace), "--out", str(out), "--no-plot"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "2 job(s) can never start on this cluster (Slurm would refuse them)" in err
+    assert "job big asks for 16 GPUs; the cluster has 8" in err
+    assert "job a100 asks for GPU type 'a100'; the cluster has v100" in err
+    assert "job fits" not in err and "job elastic" not in err  # 8 of its 8-12 GPUs fit
+    assert not out.exists()
+
+
 def test_sim_defaults_to_the_bundled_demo(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["sim", "--scheduler", "fifo", "--out", str(out), "--no-plot"]) == 0

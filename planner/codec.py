@@ -42,7 +42,26 @@ def snapshot_from_json(document: Any, source: str = "snapshot") -> Snapshot:
             raise SnapshotError(f"{source}: jobs[{i}]: duplicate job id '{job.id}'")
         seen_jobs.add(job.id)
         jobs.append(job)
+    _check_gpu_holders(jobs, source)
     return Snapshot(time_s=time_s, nodes=tuple(nodes), jobs=tuple(jobs))
+
+
+def _check_gpu_holders(jobs: list[Job], source: str) -> None:
+    """Running jobs on the same GPU must share it: one of each pair lists the other in
+    ``shares_with``; else the snapshot is wrong (Slurm gives a GPU to one job only)."""
+    holders: dict[tuple[str, int], list[Job]] = {}
+    for job in jobs:
+        if job.assignment is None:
+            continue
+        for gpu in job.assignment.gpus:
+            for other in holders.get(gpu, ()):
+                assert other.assignment is not None  # for mypy: holders hold assigned jobs
+                if other.id not in job.assignment.shares_with and job.id not in other.assignment.shares_with:
+                    raise SnapshotError(
+                        f"{source}: running jobs '{other.id}' and '{job.id}' both hold GPU {gpu[1]} of "
+                        f"node '{gpu[0]}' without sharing it (neither lists the other in shares_with)"
+                    )
+            holders.setdefault(gpu, []).append(job)
 
 
 def node_from_json(raw: Any, where: str) -> Node:

@@ -62,6 +62,19 @@ def test_snapshot_parses_and_round_trips():
     assert again == snap
 
 
+def _on(gpus, shares_with=()):
+    return {"gpus": gpus, "cpus": 4, "mem_gb": 8.0, "plan": None, "shares_with": list(shares_with)}
+
+
+def test_running_jobs_may_hold_one_gpu_only_when_they_share_it():
+    doc = _doc()
+    doc["jobs"][1].update(state="running", assignment=_on([["n1", 1]], shares_with=["7"]))
+    snapshot = snapshot_from_json(doc)  # j2 names 7: a pair sharing GPU 1
+    assert snapshot.jobs[1].assignment.gpus == (("n1", 1),)
+    doc["jobs"][1].update(assignment=_on([["n1", 2]]))  # another GPU: nothing to share
+    snapshot_from_json(doc)
+
+
 def test_json_text_is_accepted_and_bad_json_is_named():
     assert snapshot_from_json(json.dumps(_doc())).time_s == 100.0
     with pytest.raises(SnapshotError, match=r"snap\.json: not valid JSON"):
@@ -126,6 +139,10 @@ def test_json_text_is_accepted_and_bad_json_is_named():
             r"job '7'\): key 'time_limit_s': expected a number > 0",
         ),
         (lambda d: d["jobs"][1].update(time_limit_s=True), r"key 'time_limit_s': expected a number"),
+        (  # two running jobs on one GPU that do not share it were planned silently
+            lambda d: d["jobs"][1].update(state="running", assignment=_on([["n1", 2], ["n1", 1]])),
+            r"snapshot: running jobs '7' and 'j2' both hold GPU 1 of node 'n1' without sharing it",
+        ),
     ],
 )
 def test_malformed_snapshots_name_the_job_and_key(mutate, message):

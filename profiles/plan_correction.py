@@ -19,11 +19,12 @@ turns those into corrections of the pricer's answers:
   ``w_i = exp(-d_i / scale)`` falling with the distance ``d`` between configurations:
   ``|log2|`` of the GPU-count ratio, plus 1 for a different parallelism strategy
   (data-parallel, ZeRO, ZeRO-Offload, tensor/pipeline), 0.5 for a different
-  activation-checkpointing choice and 0.5 for a different node count (a ``|log2|`` node
-  term counts the GPU ratio twice, since nodes grow with GPUs). Errors of a fitted model
-  are similar at similar configurations, not across the plan space: one global factor per
-  model (``scale`` very large) makes held-out points *worse* after one observation
-  (``benchmarks/plan_learning.py``).
+  activation-checkpointing choice, 0.5 for a different node count (a ``|log2|`` node
+  term counts the GPU ratio twice, since nodes grow with GPUs) and 1 for another GPU type
+  where both are known (Crius's Cells, :class:`planner.policies.crius.cells.CorrectedCells`).
+  Errors of a fitted model are similar at similar configurations, not across the plan
+  space: one global factor per model (``scale`` very large) makes held-out points *worse*
+  after one observation (``benchmarks/plan_learning.py``).
 
 ``w0`` and ``scale`` were chosen by leave-one-model-out on Rubick's 99 validation points
 (the choice made on six models, scored on the seventh: the same pair for all seven), the
@@ -50,16 +51,19 @@ SCALE = 0.5
 STRATEGY_STEP = 1.0
 CHECKPOINTING_STEP = 0.5
 NODES_STEP = 0.5
+TYPE_STEP = 1.0
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """Where a model was priced or measured: resolved plan, GPUs, nodes, CPUs per GPU."""
+    """Where a model was priced or measured: resolved plan, GPUs, nodes, CPUs per GPU, GPU
+    type (``None``: a model that prices one type, as Rubick's fit prices every GPU as A800)."""
 
     plan: ExecPlan
     gpus: int
     nodes: int
     cpus_per_gpu: float | None = None
+    gpu_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +95,16 @@ def distance(a: Config, b: Config) -> float:
         d += STRATEGY_STEP
     if a.plan.activation_checkpointing != b.plan.activation_checkpointing:
         d += CHECKPOINTING_STEP
+    if a.gpu_type is not None and b.gpu_type is not None and a.gpu_type != b.gpu_type:
+        d += TYPE_STEP
     return d
 
 
-def _same(a: Config, b: Config) -> bool:
+def same(a: Config, b: Config) -> bool:
     """The same configuration as far as the pricer is concerned (CPUs count for offload only)."""
     if a.plan != b.plan or a.gpus != b.gpus or a.nodes != b.nodes:
+        return False
+    if a.gpu_type is not None and b.gpu_type is not None and a.gpu_type != b.gpu_type:
         return False
     return not a.plan.offload_optimizer or a.cpus_per_gpu == b.cpus_per_gpu
 
@@ -109,7 +117,7 @@ def correction(
 ) -> float:
     """The factor the prediction at ``target`` is multiplied by, from observed
     ``(config, observed / predicted)`` pairs (module docstring); 1 without observations."""
-    exact = [r for c, r in ratios if _same(c, target)]
+    exact = [r for c, r in ratios if same(c, target)]
     if exact:
         return statistics.median(exact)
     num = 0.0

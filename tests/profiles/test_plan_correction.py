@@ -12,7 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from planner.execplan import ExecPlan, resolve
+from planner.model import Job
+from planner.policies.crius.cells import MeasuredCells, corrected_cells
+from planner.policies.crius.policy import CriusAllocation
 from planner.policies.rubick.policy import book_for, shared_book
+from planner.registry import StageContext
 from profiles.observed import ObservedPoint, Shape
 from profiles.perfmodel.csvio import parse_table
 from profiles.plan_correction import Config, CorrectedPricer, correction, plan_times
@@ -126,3 +130,32 @@ def test_on_rubicks_validation_points_the_held_out_error_falls_as_a_job_runs() -
     assert errors[2] < errors[1] < errors[0]
     assert not math.isnan(errors[2])
     assert json.dumps(errors)  # plain floats
+
+
+def test_crius_cells_are_corrected_by_the_type_and_count_a_job_measured() -> None:
+    # wide_resnet_1B at a global batch of 256 in Crius's table: 10.27 s per iteration on 4 a100.
+    # A job measures twice that on 4 a100 (another cluster's hardware).
+    table = MeasuredCells()
+    job = Job(id="1", num_gpus=4, model="wide_resnet_1B", submit_time_s=0.0, batch_size=256)
+    table_time = {
+        (t, n): table.best_cell(job, t, n).iteration_time_s for t in ("a100", "v100") for n in (2, 4)
+    }
+    assert table_time[("a100", 4)] == pytest.approx(10.27, rel=1e-3)
+    rate = 256 / (2 * table_time[("a100", 4)]) / 4
+    point = ObservedPoint("wide_resnet_1B", Shape("a100", 4, 256, None, 1), 4.0, 16.0, rate, 0.0, job_id="1")
+    assert corrected_cells(table, []) is table
+    cells = corrected_cells(table, [point])
+    got = {k: cells.best_cell(job, *k).iteration_time_s / v for k, v in table_time.items()}
+    assert got[("a100", 4)] == pytest.approx(2.0)  # what was measured
+    assert 2.0 > got[("a100", 2)] > got[("v100", 2)] > 1.0  # nearer Cells move more
+    assert got[("v100", 4)] == pytest.approx(got[("a100", 2)])  # one step away, either way
+    other = Job(id="2", num_gpus=4, model="bert_760M", submit_time_s=0.0, batch_size=256)
+    assert cells.best_cell(other, "a100", 4) == table.best_cell(other, "a100", 4)
+    # The stage is built on the corrected Cells when the controller's store carries points.
+    stage = CriusAllocation.from_options({"estimate": "measured"}, StageContext(ProfileStore.builtin()))
+    assert isinstance(stage.cells, MeasuredCells)
+    store = ProfileStore.builtin().with_observations([point])
+    stage = CriusAllocation.from_options({"estimate": "measured"}, StageContext(store))
+    assert stage.cells.best_cell(job, "a100", 4).iteration_time_s == pytest.approx(
+        2 * table_time[("a100", 4)]
+    )

@@ -35,6 +35,7 @@ from planner.execplan import ExecPlan, PlanError, plan_to_mapping, resolve
 from planner.model import Job
 from planner.policies.crius.cell import Cell
 from profiles.names import normalise
+from profiles.observed import ObservedPoint
 from profiles.perfmodel.agile import (
     GPU_SPECS,
     MEMORY_HEADROOM,
@@ -45,6 +46,7 @@ from profiles.perfmodel.agile import (
     stage_counts,
 )
 from profiles.perfmodel.crius import CriusTable, builtin_crius
+from profiles.plan_correction import Config, correction
 
 _CACHE = 65536
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -263,3 +265,67 @@ class MeasuredCells:
             for n in dict.fromkeys(counts)
             if n >= 1
         ]
+
+
+_NEUTRAL_PLAN = ExecPlan()
+"""Cells are compared by GPU type and count only (a Cell's plan follows from them)."""
+
+
+class CorrectedCells:
+    """A Cell model whose iteration times are corrected by what running jobs measured.
+
+    The heartbeats of a running job give its iteration time on the Cell it holds (GPU type and
+    count); against the model's time there that is a ratio, and every Cell of that model is
+    priced at the model's time times :func:`profiles.plan_correction.correction` of the
+    ratios: the measured time where it was measured, elsewhere a weighted mean that counts
+    the same type and nearby counts most (Crius's measured table is another cluster's
+    hardware; an estimate's error differs by Cell). Scaling every stage count of a (type,
+    count) by one factor keeps the fastest Cell the fastest. Models nobody measured are
+    answered as ``inner`` answers them.
+    """
+
+    def __init__(self, inner: Any, ratios: Mapping[str, Sequence[tuple[Config, float]]]) -> None:
+        self.inner = inner
+        self.ratios = ratios
+
+    def knows(self, model: str) -> bool:
+        knows = getattr(self.inner, "knows", None)
+        return True if knows is None else bool(knows(model))
+
+    def _scaled(self, job: Job, cell: Cell | None) -> Cell | None:
+        ratios = self.ratios.get(normalise(job.model))
+        if cell is None or cell.iteration_time_s is None or not ratios:
+            return cell
+        target = Config(_NEUTRAL_PLAN, cell.gpus, 1, gpu_type=cell.gpu_type.lower())
+        return replace(cell, iteration_time_s=cell.iteration_time_s * correction(ratios, target))
+
+    def best_cell(self, job: Job, gpu_type: str, gpus: int) -> Cell | None:
+        return self._scaled(job, self.inner.best_cell(job, gpu_type, gpus))
+
+    def cells(self, job: Job, gpu_types: Sequence[str], counts: Sequence[int]) -> list[Cell]:
+        out = []
+        for cell in self.inner.cells(job, gpu_types, counts):
+            scaled = self._scaled(job, cell)
+            assert scaled is not None
+            out.append(scaled)
+        return out
+
+
+def corrected_cells(inner: Any, observed: Sequence[ObservedPoint]) -> Any:
+    """``inner`` corrected by ``observed`` (:class:`CorrectedCells`); ``inner`` itself when no
+    point measured a model it prices at a known batch size."""
+    ratios: dict[str, list[tuple[Config, float]]] = {}
+    for p in observed:
+        s = p.shape
+        if s.batch_size is None:
+            continue
+        probe = Job(
+            id="observed", num_gpus=s.num_gpus, model=p.model, submit_time_s=0.0, batch_size=s.batch_size
+        )
+        cell = inner.best_cell(probe, s.gpu_type, s.num_gpus)
+        if cell is None or cell.iteration_time_s is None or cell.iteration_time_s <= 0:
+            continue
+        measured = s.batch_size / (p.samples_per_s_per_gpu * s.num_gpus)
+        config = Config(_NEUTRAL_PLAN, s.num_gpus, 1, gpu_type=s.gpu_type.lower())
+        ratios.setdefault(normalise(p.model), []).append((config, measured / cell.iteration_time_s))
+    return CorrectedCells(inner, ratios) if ratios else inner

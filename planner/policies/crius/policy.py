@@ -58,7 +58,7 @@ from planner.execplan import PlanError, plan_from_mapping, plan_to_mapping, repl
 from planner.model import Assignment, Job, JobState, Outcome, Snapshot
 from planner.policies.common import arrival_key, choice, options_reader
 from planner.policies.crius.cell import CellModel
-from planner.policies.crius.cells import MeasuredCells, candidate_counts, candidate_types
+from planner.policies.crius.cells import MeasuredCells, candidate_counts, candidate_types, corrected_cells
 from planner.policies.crius.deadline import DeadlineRule
 from planner.policies.crius.search import Limits, Pricing, Shape, World, best_choice, upgrade
 from planner.policies.placement import ConsolidatedPlacement
@@ -131,8 +131,11 @@ class CriusAllocation:
             ):
                 f.fail_key("scale", f"expected [low, high] with 0 < low <= 1 <= high, or false; got {raw!r}")
             scale = (float(raw[0]), float(raw[1]))
+        cells = cell_model(choice(f, "estimate", ESTIMATES, "agile"))
+        if context.profiles.observations:
+            cells = corrected_cells(cells, context.profiles.observations)
         return cls(
-            cell_model(choice(f, "estimate", ESTIMATES, "agile")),
+            cells,
             Limits(
                 3 if depth is None else depth,
                 f.flag("scale_counts", True),

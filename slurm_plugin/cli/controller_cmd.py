@@ -6,12 +6,14 @@ import argparse
 import json
 import logging
 import os
+import pwd
 from pathlib import Path
 from typing import Any
 
 from planner.codec import snapshot_to_json
 from planner.config import build_scheduler
 from planner.errors import ConfigError, InputError
+from slurm_plugin import statusview
 from slurm_plugin.cli.scheduler_args import add_scheduler_args, scheduler_config
 from slurm_plugin.controller.config import ControllerConfig, controller_config
 from slurm_plugin.controller.loop import Controller, Observer
@@ -21,6 +23,7 @@ from slurm_plugin.controller.resize import apply_resize
 from slurm_plugin.files import read_toml, write_json
 from slurm_plugin.profiles_file import load_profile_store
 from slurm_plugin.slurm.backend import CliSlurm
+from slurm_plugin.slurm.parse import SlurmJob, SlurmNode
 from slurm_plugin.slurm.runner import SlurmError
 from slurm_plugin.store import Store
 from slurm_plugin.submit import split_arguments, submit
@@ -81,9 +84,17 @@ def add_parsers(
     r.add_argument("--dry-run", action="store_true", help="print the target and the actions; change nothing")
     r.set_defaults(run=run_resize)
 
-    st = sub.add_parser("status", parents=[common], help="the controller's last rounds and actions, as JSON")
+    st = sub.add_parser(
+        "status",
+        parents=[common],
+        help="the managed jobs as a table (squeue's view with Mosaic's request, plan and reason), "
+        "tenants' quota use and the cluster's GPUs in use; --json: the last rounds and actions",
+    )
     _live_args(st)
-    st.add_argument("--rounds", type=int, default=5)
+    st.add_argument("--rounds", type=int, default=5, help="rounds in --json (default %(default)s)")
+    st.add_argument(
+        "--json", action="store_true", help="the last rounds, their actions and the jobs, as JSON"
+    )
     st.set_defaults(run=run_status)
 
     sn = sub.add_parser(
@@ -218,6 +229,8 @@ def run_resize(args: argparse.Namespace) -> int:
 
 def run_status(args: argparse.Namespace) -> int:
     config = load_config(args)
+    if not args.json:
+        return _status_table(args, config)
     store = Store(config.store_path)
     try:
         ticks, failed = store.tick_counts()
@@ -255,6 +268,55 @@ def run_status(args: argparse.Namespace) -> int:
         return 0
     finally:
         store.close()
+
+
+def _status_table(args: argparse.Namespace, config: ControllerConfig) -> int:
+    from slurm_plugin.cli.report_cmd import _quotas
+
+    quotas = _quotas(args.config)
+    store = Store(config.store_path)
+    try:
+        ticks, failed = store.tick_counts()
+        records = store.jobs()
+        last = next(iter(store.rounds(1)), None)
+        actions = (
+            [{"job": a[2], "kind": a[3], "status": a[4]} for a in store.actions(last.round_id)]
+            if last is not None
+            else []
+        )
+    finally:
+        store.close()
+    client = _client(config)
+    slurm_error = None
+    try:
+        slurm_jobs: list[SlurmJob] | None = client.jobs()
+        nodes: list[SlurmNode] | None = client.nodes()
+    except SlurmError as e:  # the store's view alone: what the last round did
+        slurm_jobs = nodes = None
+        slurm_error = str(e).splitlines()[0] if str(e) else type(e).__name__
+    print(
+        statusview.render(
+            records,
+            last,
+            actions,
+            slurm_jobs,
+            nodes,
+            config.partitions,
+            ticks=ticks,
+            failed_ticks=failed,
+            quotas=quotas,
+            slurm_error=slurm_error,
+            user_name=_user_name,
+        )
+    )
+    return 0
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def run_snapshot(args: argparse.Namespace) -> int:

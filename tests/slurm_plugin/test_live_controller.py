@@ -239,7 +239,7 @@ def test_status_and_snapshot_commands_read_the_live_state(live, tmp_path, capsys
     assert main(["controller", "--once", "--scheduler", "fifo", *common]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["done"] == [f"r{report['round']}-start-{job_id}"]
-    assert main(["status", *common]) == 0
+    assert main(["status", "--json", *common]) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["rounds"][0]["actions"][0]["job"] == job_id and status["jobs"][job_id]["num_gpus"] == 2
     wait_state(config, job_id, "RUNNING")

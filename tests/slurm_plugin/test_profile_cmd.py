@@ -297,6 +297,17 @@ def test_an_example_without_its_modules_names_the_extra(tmp_path, monkeypatch, c
     assert len(err.splitlines()) == 1
 
 
+def test_an_install_without_contrib_says_the_examples_need_a_checkout(tmp_path, monkeypatch, capsys):
+    from wrapper import examples
+
+    monkeypatch.setattr(examples, "repo_root", lambda: tmp_path / "site-packages")
+    out = str(tmp_path / "p.json")
+    assert profile("--example", "text-transformer", "--cpus", "1", "--local", "--out", out) == 2
+    err = capsys.readouterr().err.strip()
+    assert "contrib/examples/ and are not installed with the package: run from a source checkout" in err
+    assert len(err.splitlines()) == 1
+
+
 def test_a_real_example_is_profiled(tmp_path, capsys):
     out = tmp_path / "text.json"
     fast = ["--run-s", "2", "--heartbeat-s", "0.5"]

@@ -194,7 +194,8 @@ def run_demo(
         )
         client = CliSlurm(config.slurm_env)
         scheduler = build_scheduler(scheduler_config)
-        controller = Controller(client, Store(config.store_path), config, scheduler)
+        quotas = {t.name: float(t.gpu_quota) for t in scheduler_config.tenants}
+        controller = Controller(client, Store(config.store_path), config, scheduler, quotas=quotas)
         scripts = root / "scripts"
         scripts.mkdir(parents=True, exist_ok=True)
         cluster_file = scripts / "cluster.toml"

@@ -92,6 +92,10 @@ CREATE TABLE IF NOT EXISTS observations (   -- measured throughput of running jo
 );
 CREATE INDEX IF NOT EXISTS observations_by_point ON observations (model, shape, cpus_per_gpu, time_s);
 CREATE INDEX IF NOT EXISTS jobs_by_finish ON jobs (finished_s);   -- Store.prune_history
+CREATE TABLE IF NOT EXISTS counters (       -- Prometheus counters (metrics file), kept across restarts
+    name TEXT PRIMARY KEY,
+    value REAL NOT NULL
+);
 """
 
 
@@ -394,12 +398,22 @@ class Store:
             crash_point("store.begin_round")
         return int(cur.lastrowid or 0)
 
-    def finish_round(self, round_id: int, actions: int, error: str | None = None) -> None:
+    def finish_round(
+        self,
+        round_id: int,
+        actions: int,
+        error: str | None = None,
+        counts: Mapping[str, float] | None = None,
+    ) -> None:
+        """Mark the round applied; ``counts`` are added to :meth:`counters` in the same
+        transaction, so a round's starts, stops and decision time are counted once."""
         with self.db:
             self.db.execute(
                 "UPDATE rounds SET status = 'done', actions = ?, error = ? WHERE round_id = ?",
                 (actions, error, round_id),
             )
+            if counts:
+                self._add_counts(counts)
             crash_point("store.finish_round")
 
     def unfinished_round(self) -> RoundRecord | None:
@@ -648,6 +662,25 @@ class Store:
                 continue
         return out
 
+    # -- counters ---------------------------------------------------------------------
+
+    def _add_counts(self, counts: Mapping[str, float]) -> None:
+        self.db.executemany(
+            "INSERT INTO counters (name, value) VALUES (?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
+            sorted(counts.items()),
+        )
+
+    def add_counts(self, counts: Mapping[str, float]) -> None:
+        """Add to the named counters (created at 0)."""
+        with self.db:
+            self._add_counts(counts)
+
+    def counters(self) -> dict[str, float]:
+        """The counters the metrics file exports (starts, stops, decision-time histogram, ...):
+        they only grow, across controller restarts and ``prune_history``, which leaves them be."""
+        return {str(n): float(v) for n, v in self.db.execute("SELECT name, value FROM counters")}
+
     # -- ticks ------------------------------------------------------------------------
 
     def log_tick(
@@ -689,6 +722,7 @@ _TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "rounds": ("round_id", "time_s", "status", "plan", "actions", "error"),
     "actions": ("request_id", "round_id", "job_id", "kind", "status", "detail", "time_s"),
     "ticks": ("tick_id", "time_s", "ok", "round_id", "error", "duration_s"),
+    "counters": ("name", "value"),
     "observations": (
         "job_id",
         "plan_version",

@@ -175,7 +175,8 @@ def run_controller(args: argparse.Namespace) -> int:
     try:
         # Each round plans on the profiles refined by running jobs' heartbeats (refine.py).
         refiner = Refiner(store, profiles, lambda p: build_scheduler(sched_config, p), config.spool_dir)
-        controller = Controller(_client(config), store, config, scheduler, refiner=refiner)
+        quotas = {t.name: float(t.gpu_quota) for t in sched_config.tenants}
+        controller = Controller(_client(config), store, config, scheduler, refiner=refiner, quotas=quotas)
         if args.once or args.dry_run:
             report = controller.tick(dry_run=args.dry_run)
             print(json.dumps(report.to_json(), indent=2))

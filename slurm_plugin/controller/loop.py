@@ -66,6 +66,7 @@ class TickReport:
     result: ApplyResult | None = None
     decision_time_s: float | None = None
     jobs: int = 0
+    cluster: metrics.ClusterState | None = None  # jobs and GPUs after the round (metrics file)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -202,8 +203,10 @@ class Controller:
         actuator: Actuator | None = None,
         refiner: Refiner | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        quotas: Mapping[str, float] | None = None,
     ) -> None:
         self.store = store
+        self.quotas = dict(quotas or {})  # tenants' GPU quotas ([[tenants]]), for the metrics file
         self.refiner = refiner  # None: plan with ``scheduler``'s profiles as they are
         self.config = config
         self.scheduler = scheduler
@@ -272,13 +275,15 @@ class Controller:
             applied = self.actuator.settle_leftovers(obs, actions, unfinished.round_id)
             result = self.actuator.apply(obs, actions, unfinished.round_id)
             crash_point("round.applied")
-            self.store.finish_round(unfinished.round_id, applied + result.count)
+            counts = metrics.round_counts(obs, actions, result.done, None)
+            self.store.finish_round(unfinished.round_id, applied + result.count, counts=counts)
             crash_point("round.finished")
             completed = unfinished.round_id
             # As before any round: the jobs just released must not be planned as pending again.
             self.actuator.settle()
             obs = self.observe()
         report = TickReport(now, ok=True, completed_round=completed, jobs=len(obs.managed))
+        report.cluster = metrics.cluster_state(obs, [], ())
         if obs.running and not obs.nodes:
             report.ok = False
             report.error = "no usable node in the managed partitions; refusing to stop running jobs"
@@ -304,7 +309,9 @@ class Controller:
         crash_point("round.policy_state")
         report.result = self.actuator.apply(obs, actions, report.round_id)
         crash_point("round.applied")
-        self.store.finish_round(report.round_id, report.result.count)
+        report.cluster = metrics.cluster_state(obs, actions, report.result.done)
+        counts = metrics.round_counts(obs, actions, report.result.done, plan.decision_time_s)
+        self.store.finish_round(report.round_id, report.result.count, counts=counts)
         crash_point("round.finished")
         _log_actions(report.round_id, actions)
         return report
@@ -351,7 +358,7 @@ class Controller:
         if path is None:
             return
         try:
-            metrics.write(path, self.store, report)
+            metrics.write(path, self.store, report, self.quotas)
         except (OSError, StoreError) as e:
             log.warning("metrics not written to %s: %s", path, e)
 

@@ -230,6 +230,50 @@ PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(
     }
 )
 
+PRESET_TIERS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        # What a site should run: every paper's mechanism on the jobs it fits, no true run times.
+        "recommended": ("mosaic",),
+        # One published system each, for comparison (BENCHMARKS.md sets mosaic beside them).
+        "paper reproductions": (
+            "tiresias",
+            "tesserae-t",
+            "tesserae-ftf",
+            "sjf-bsbf",
+            "synergy-tune",
+            "synergy-opt",
+            "rubick",
+            "crius",
+            "crius-ddl",
+        ),
+        # The papers' baselines (other systems as they reproduced them) and ablations.
+        "baselines and ablations": (
+            "fifo",
+            "sjf",
+            "srtf",
+            "las",
+            "ftf",
+            "tiresias-single",
+            "gavel-las",
+            "sjf-ffs",
+            "synergy-proportional",
+            "synergy-greedy",
+            "drf",
+            "tetris",
+            "elastic",
+            "rubick-e",
+            "rubick-r",
+            "rubick-n",
+            "sia",
+            "antman",
+            "gandiva",
+            "gavel-het",
+            "elasticflow",
+        ),
+    }
+)
+"""The presets by tier (``mosaic presets``): each preset in exactly one."""
+
 
 def preset(name: str) -> SchedulerConfig:
     try:

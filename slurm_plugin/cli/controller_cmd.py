@@ -176,13 +176,35 @@ def run_controller(args: argparse.Namespace) -> int:
         # Each round plans on the profiles refined by running jobs' heartbeats (refine.py).
         refiner = Refiner(store, profiles, lambda p: build_scheduler(sched_config, p), config.spool_dir)
         quotas = {t.name: float(t.gpu_quota) for t in sched_config.tenants}
-        controller = Controller(_client(config), store, config, scheduler, refiner=refiner, quotas=quotas)
+        # An event-driven preset (crius, sjf-bsbf: trigger = "event") plans at each arrival and
+        # completion as well as every round, as it was published; a single tick cannot wait for one.
+        controller = Controller(
+            _client(config),
+            store,
+            config,
+            scheduler,
+            refiner=refiner,
+            quotas=quotas,
+            trigger=sched_config.trigger,
+        )
+        if sched_config.trigger == "event" and (args.once or args.dry_run):
+            log.warning(
+                "scheduler %s is event-driven: the daemon (without --once/--dry-run) plans at each "
+                "arrival and completion; this single tick plans once, now",
+                scheduler.name,
+            )
         if args.once or args.dry_run:
             report = controller.tick(dry_run=args.dry_run)
             print(json.dumps(report.to_json(), indent=2))
             return 0 if report.ok else 1
         log.info(
-            "controller: scheduler %s, round %g s, spool %s", scheduler.name, config.round_s, config.spool_dir
+            "controller: scheduler %s, round %g s%s, spool %s",
+            scheduler.name,
+            config.round_s,
+            f" and at arrivals and completions (polled every {controller.event_poll_s:g} s)"
+            if controller.trigger == "event"
+            else "",
+            config.spool_dir,
         )
         controller.run_forever()
         return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from planner.config import PRESETS, build_scheduler, component_names
+from planner.config import PRESET_TIERS, PRESETS, SchedulerConfig, build_scheduler, component_names
 from planner.policies.synergy.demand import best_case_per_gpu
 from profiles.observed import ObservedPoint, refine_store
 from profiles.store import ProfileStore
@@ -15,7 +15,10 @@ def add_parsers(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
     p = sub.add_parser(
-        "presets", parents=[common], help="list scheduler presets and the components they compose"
+        "presets",
+        parents=[common],
+        help="list scheduler presets by tier (recommended, paper reproductions, baselines and "
+        "ablations), the components they compose and how each runs on the live controller",
     )
     p.set_defaults(run=run_presets)
     q = sub.add_parser("profiles", parents=[common], help="list model profiles, or show one")
@@ -29,24 +32,52 @@ def add_parsers(
     q.set_defaults(run=run_profiles)
 
 
+TIER_TITLES = {
+    "recommended": "Recommended",
+    "paper reproductions": "Paper reproductions (one published system each, for comparison)",
+    "baselines and ablations": "Baselines and ablations",
+}
+RUN_TIME_POLICIES = frozenset({"sjf", "srtf", "ftf"})  # orderings that read jobs' run times
+
+
+def live_support(config: SchedulerConfig, shares_gpus: bool) -> str:
+    """How the preset runs on the live controller (``mosaic controller --scheduler NAME``)."""
+    if config.trigger == "event":
+        text = (
+            "yes, event-driven: the daemon plans at each arrival and completion as well as every "
+            "round_s (--once plans when it is run)"
+        )
+    else:
+        text = "yes: plans every round_s"
+    if shares_gpus:
+        text += "; shares GPUs: needs gres/shard nodes (else a shared placement is refused and waits)"
+    if config.policy in RUN_TIME_POLICIES:
+        text += "; orders by run time: live, only the #MOSAIC --duration-s estimates"
+    return text
+
+
 def run_presets(args: argparse.Namespace) -> int:
-    for name, config in PRESETS.items():
-        scheduler = build_scheduler(config)
-        stages = [
-            f"policy={config.policy}",
-            "preemptive" if scheduler.preemptive else "non-preemptive",
-            f"placement={config.placement}",
-            f"shaping={config.shaping}",
-        ]
-        for label, value in (
-            ("packing", config.packing),
-            ("reconfig", config.reconfiguration),
-            ("migration", config.migration),
-        ):
-            if value is not None:
-                stages.append(f"{label}={value}")
-        print(f"{name:<12} {' '.join(stages)}")
-    print()
+    for tier, names in PRESET_TIERS.items():
+        print(f"{TIER_TITLES.get(tier, tier)}:")
+        for name in names:
+            config = PRESETS[name]
+            scheduler = build_scheduler(config)
+            stages = [
+                f"policy={config.policy}",
+                "preemptive" if scheduler.preemptive else "non-preemptive",
+                f"placement={config.placement}",
+                f"shaping={config.shaping}",
+            ]
+            for label, value in (
+                ("packing", config.packing),
+                ("reconfig", config.reconfiguration),
+                ("migration", config.migration),
+            ):
+                if value is not None:
+                    stages.append(f"{label}={value}")
+            print(f"  {name:<21} {' '.join(stages)}")
+            print(f"  {'':<21} live: {live_support(config, scheduler.max_jobs_per_gpu > 1)}")
+        print()
     for stage, names in component_names().items():
         print(f"{stage + ':':<17} {', '.join(names) or '(none yet)'}")
     return 0

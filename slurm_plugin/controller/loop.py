@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import astuple, dataclass, field, replace
 from typing import Any
 
@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 # How long a tick waits for a round another process is applying (``mosaic resize``, whose
 # start verification alone takes up to a few seconds) before it skips this round.
 TICK_LOCK_WAIT_S = 30.0
+EVENT_POLL_S = 5.0
+"""How often an event-driven controller (``trigger = "event"``: the crius and SJF-BSBF
+presets) lists Slurm's jobs between rounds for arrivals and completions."""
 PRUNE_EVERY_S = 3600.0
 """How often (seconds of controller time) the store's history is pruned (``history_days``);
 the first tick of a process always does (``mosaic controller --once`` from cron)."""
@@ -204,7 +207,13 @@ class Controller:
         refiner: Refiner | None = None,
         sleep: Callable[[float], None] = time.sleep,
         quotas: Mapping[str, float] | None = None,
+        trigger: str = "round",
+        event_poll_s: float = EVENT_POLL_S,
     ) -> None:
+        if trigger not in {"round", "event"}:
+            raise ValueError(f"trigger must be 'round' or 'event', got {trigger!r}")
+        self.trigger = trigger  # "event": also plan at each arrival and completion (run_forever)
+        self.event_poll_s = event_poll_s
         self.store = store
         self.quotas = dict(quotas or {})  # tenants' GPU quotas ([[tenants]]), for the metrics file
         self.refiner = refiner  # None: plan with ``scheduler``'s profiles as they are
@@ -376,6 +385,8 @@ class Controller:
 
         ``ticks`` bounds the loop; ``before_tick(now)`` runs first in each round (``mosaic
         demo`` submits the trace's arrivals there) and ``done()`` after it ends the loop.
+        An event-driven controller (``trigger="event"``) also ticks as soon as a job arrives
+        in, or a running job leaves, the managed partitions (:meth:`_wait_for_round`).
         """
         count = 0
         while ticks is None or count < ticks:
@@ -390,7 +401,53 @@ class Controller:
             count += 1
             if (ticks is not None and count >= ticks) or (done is not None and done()):
                 break
-            sleep(max(0.0, self.config.round_s - (self.clock() - started)))
+            self._wait_for_round(started, sleep)
+
+    def _wait_for_round(self, started: float, sleep: Callable[[float], None]) -> list[str]:
+        """Wait until ``round_s`` after ``started``; event-driven, only until Slurm lists an
+        arrival or a completion (:func:`plan_events`) against the last tick's listing, checked
+        every ``event_poll_s``. Returns the events (empty: the round's time came)."""
+        remaining = self.config.round_s - (self.clock() - started)
+        if self.trigger != "event":
+            sleep(max(0.0, remaining))
+            return []
+        baseline = list(self.observer.listed)
+        while remaining > 0:
+            sleep(min(self.event_poll_s, remaining))
+            try:
+                listed = self.observer.client.jobs()
+            except SlurmError as e:  # the next tick reports it; wait for the round
+                log.debug("event poll: %s", e)
+            else:
+                events = plan_events(baseline, listed, self.config.partitions)
+                if events:
+                    log.info("planning now (event-driven): %s", "; ".join(events))
+                    return events
+            remaining = self.config.round_s - (self.clock() - started)
+        return []
+
+
+def plan_events(
+    before: Sequence[SlurmJob], after: Sequence[SlurmJob], partitions: Collection[str]
+) -> list[str]:
+    """What an event-driven scheduler plans at, between two listings of Slurm's jobs (pure):
+    a GPU job new in the managed partitions (an arrival), and a job running there before
+    that has ended or is gone (a completion; one still completing is not yet: its GPUs are
+    not free). A job the round stopped is pending again, not ended."""
+    parts = set(partitions)
+    was = {sj.id: sj for sj in before if sj.partition in parts}
+    events = []
+    for sj in after:
+        if sj.partition not in parts:
+            continue
+        old = was.pop(sj.id, None)
+        if old is None:
+            if (sj.state == "PENDING" or sj.state in RUNNING_STATES) and job_gpus(sj) > 0:
+                events.append(f"job {sj.id} arrived")
+        elif old.state in RUNNING_STATES and sj.state not in RUNNING_STATES | IN_FLUX_STATES | {"PENDING"}:
+            events.append(f"job {sj.id} ended ({sj.state.lower()})")
+    events += [f"job {job_id} ended" for job_id, sj in was.items() if sj.state in RUNNING_STATES]
+    return events
 
 
 def _assignments(plan: Mapping[str, Any]) -> dict[str, Assignment]:

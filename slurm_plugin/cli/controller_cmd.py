@@ -201,7 +201,7 @@ def run_controller(args: argparse.Namespace) -> int:
             "controller: scheduler %s, round %g s%s, spool %s",
             scheduler.name,
             config.round_s,
-            f" and at arrivals and completions (polled every {controller.event_poll_s:g} s)"
+            f" and at arrivals and completions (polled every {config.event_poll_s:g} s)"
             if controller.trigger == "event"
             else "",
             config.spool_dir,

@@ -6,6 +6,7 @@
     partitions = ["gpu"]            # the partitions Mosaic schedules; others are never touched
     spool_dir = "/var/spool/mosaic" # state store, plan files, job status, metrics
     round_s = 300                   # seconds between rounds (the papers' round length: 6 min)
+    event_poll_s = 5                # event-driven presets: how often arrivals/completions are looked for
     checkpoint_grace_s = 60         # how long a stopped job may take to checkpoint
     max_restarts_per_hour = 6       # a job is stopped at most this often (rate limit)
     spool_keep_s = 86400            # an ended job's plan file and status stay this long
@@ -45,6 +46,7 @@ class ControllerConfig:
     partitions: tuple[str, ...] = ("gpu",)
     spool_dir: Path = Path("/var/spool/mosaic")
     round_s: float = 300.0
+    event_poll_s: float = 5.0  # an event-driven scheduler's look for arrivals and completions (loop.py)
     slurm_conf: str | None = None
     command_timeout_s: float = 30.0
     checkpoint_signal: str = "USR1"
@@ -78,6 +80,7 @@ _KINDS: dict[str, str] = {
     "partitions": "str-list",
     "spool_dir": "path",
     "round_s": "positive",
+    "event_poll_s": "positive",
     "slurm_conf": "str",
     "command_timeout_s": "positive",
     "checkpoint_signal": "signal",

@@ -48,9 +48,6 @@ log = logging.getLogger(__name__)
 # How long a tick waits for a round another process is applying (``mosaic resize``, whose
 # start verification alone takes up to a few seconds) before it skips this round.
 TICK_LOCK_WAIT_S = 30.0
-EVENT_POLL_S = 5.0
-"""How often an event-driven controller (``trigger = "event"``: the crius and SJF-BSBF
-presets) lists Slurm's jobs between rounds for arrivals and completions."""
 PRUNE_EVERY_S = 3600.0
 """How often (seconds of controller time) the store's history is pruned (``history_days``);
 the first tick of a process always does (``mosaic controller --once`` from cron)."""
@@ -208,12 +205,10 @@ class Controller:
         sleep: Callable[[float], None] = time.sleep,
         quotas: Mapping[str, float] | None = None,
         trigger: str = "round",
-        event_poll_s: float = EVENT_POLL_S,
     ) -> None:
         if trigger not in {"round", "event"}:
             raise ValueError(f"trigger must be 'round' or 'event', got {trigger!r}")
         self.trigger = trigger  # "event": also plan at each arrival and completion (run_forever)
-        self.event_poll_s = event_poll_s
         self.store = store
         self.quotas = dict(quotas or {})  # tenants' GPU quotas ([[tenants]]), for the metrics file
         self.refiner = refiner  # None: plan with ``scheduler``'s profiles as they are
@@ -406,14 +401,14 @@ class Controller:
     def _wait_for_round(self, started: float, sleep: Callable[[float], None]) -> list[str]:
         """Wait until ``round_s`` after ``started``; event-driven, only until Slurm lists an
         arrival or a completion (:func:`plan_events`) against the last tick's listing, checked
-        every ``event_poll_s``. Returns the events (empty: the round's time came)."""
+        every ``event_poll_s`` (``[controller]``). Returns the events (empty: the round's time came)."""
         remaining = self.config.round_s - (self.clock() - started)
         if self.trigger != "event":
             sleep(max(0.0, remaining))
             return []
         baseline = list(self.observer.listed)
         while remaining > 0:
-            sleep(min(self.event_poll_s, remaining))
+            sleep(min(self.config.event_poll_s, remaining))
             try:
                 listed = self.observer.client.jobs()
             except SlurmError as e:  # the next tick reports it; wait for the round

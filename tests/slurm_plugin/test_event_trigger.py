@@ -9,9 +9,10 @@ from dataclasses import replace
 import pytest
 
 from planner.config import PRESETS, build_scheduler, preset
+from planner.errors import ConfigError
 from slurm_plugin.cli import controller_cmd
 from slurm_plugin.cli.main import main
-from slurm_plugin.controller.config import ControllerConfig
+from slurm_plugin.controller.config import ControllerConfig, controller_config
 from slurm_plugin.controller.loop import Controller, TickReport, plan_events
 from slurm_plugin.store import Store
 from tests.slurm_plugin.test_controller_loop import FakeSlurm, SteppedClock
@@ -57,7 +58,6 @@ def _run(tmp_path, name, trigger, arrive_after_polls=None, ticks=2):
         clock=clock,
         sleep=clock.sleep,
         trigger=trigger,
-        event_poll_s=5.0,
     )
     polls = []
     jobs = slurm.jobs
@@ -125,3 +125,10 @@ def test_mosaic_controller_runs_an_event_driven_preset_event_driven(tmp_path, mo
         Controller(
             FakeSlurm(), Store(tmp_path / "x.db"), ControllerConfig(spool_dir=tmp_path), None, trigger="x"
         )  # type: ignore[arg-type]
+
+
+def test_the_event_poll_is_a_controller_setting():
+    assert controller_config({"event_poll_s": 2}).event_poll_s == 2.0
+    assert ControllerConfig().event_poll_s == 5.0
+    with pytest.raises(ConfigError, match="event_poll_s"):
+        controller_config({"event_poll_s": 0})

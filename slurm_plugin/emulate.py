@@ -43,6 +43,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from wrapper.atomic import write_atomic  # imports nothing heavy either
+
 # The job side imports nothing heavy (no planner, numpy or scipy): it starts in a tenth
 # of a second, so a checkpoint signal rarely finds it without its handler, and the
 # emulated run time is not stretched by start-up. The file names are the plan-file
@@ -107,9 +109,9 @@ class EmulatedJob:
             f.write(json.dumps(record, sort_keys=True) + "\n")
 
     def checkpoint(self) -> None:
-        write_atomic(self.status / STATE_FILE, json.dumps({"progress": self.progress}) + "\n")
+        write_atomic(self.status / STATE_FILE, json.dumps({"progress": self.progress}) + "\n", parents=False)
         marker = {"job_id": self.job_id, "time": time.time(), "progress": self.progress}
-        write_atomic(self.status / CHECKPOINT_MARKER, json.dumps(marker) + "\n")
+        write_atomic(self.status / CHECKPOINT_MARKER, json.dumps(marker) + "\n", parents=False)
         self.heartbeat("checkpoint")
 
     def run(
@@ -157,15 +159,6 @@ class EmulatedJob:
 
         signal.signal(checkpoint_signal, on_checkpoint)
         signal.signal(signal.SIGTERM, on_term)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def gpus_in(env: Mapping[str, str]) -> int:

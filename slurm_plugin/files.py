@@ -1,21 +1,21 @@
 """Reading Mosaic's input files and writing its outputs.
 
-Reads name the file in every error; writes are atomic (a temporary file in the same
-directory, then ``os.replace``), so an interrupted run never leaves half a file.
+Reads name the file in every error; writes are atomic (:func:`wrapper.atomic.write_atomic`,
+re-exported here: a temporary file in the same directory, fsynced, then ``os.replace``), so
+an interrupted run never leaves half a file.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
-import os
-import tempfile
 import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from planner.errors import InputError
+from wrapper.atomic import write_atomic
 
 BUNDLED = "sim/bundled"
 
@@ -68,22 +68,8 @@ def bundled_text(name: str) -> str:
     return data.decode("utf-8")
 
 
-def write_atomic(path: str | Path, content: str | bytes) -> None:
-    """Write ``content`` to ``path`` so that readers see the old file or the new one."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    data = content.encode("utf-8") if isinstance(content, str) else content
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_json(path: str | Path, document: Any) -> None:
     write_atomic(path, json.dumps(document, indent=2, sort_keys=False) + "\n")
+
+
+__all__ = ["BUNDLED", "bundled_text", "read_json", "read_text", "read_toml", "write_atomic", "write_json"]

@@ -5,9 +5,9 @@
 
 * serialised by a :class:`filelock.FileLock` (``<spool>/plans/.<job id>.lock``), so two
   controller processes never interleave versions;
-* atomic: a temporary file in the same directory, fsynced, then ``os.replace`` — a job
-  reading at any moment sees the old whole file or the new whole file, so readers take no
-  lock (and need no write access to the spool);
+* atomic (:func:`wrapper.atomic.write_atomic`): a temporary file in the same directory,
+  fsynced, then ``os.replace`` — a job reading at any moment sees the old whole file or the
+  new whole file, so readers take no lock (and need no write access to the spool);
 * versioned: ``version`` is one more than the file it replaces;
 * mode 0644 in a 0755 directory owned by the controller's user: the job can read its plan
   but neither change it nor replace it.
@@ -33,7 +33,6 @@ import os
 import re
 import shutil
 import stat
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,7 @@ from planner.fields import loads_json
 from planner.model import Assignment
 from slurm_plugin.controller.faults import crash_point
 from wrapper import plandoc, status
+from wrapper.atomic import write_atomic
 from wrapper.plandoc import PlanFileError, parse_plan_document, plan_document
 
 FORMAT = plandoc.FORMAT
@@ -127,19 +127,13 @@ def _write_plan(
         if version is None:
             version = _current_version(path) + 1
         document = plan_document(job_id, version, assignment)
-        data = (json.dumps(document, indent=2) + "\n").encode("utf-8")
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fchmod(f.fileno(), PLAN_MODE)
-                os.fsync(f.fileno())
-            crash_point("planfile.written")
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(
+            path,
+            json.dumps(document, indent=2) + "\n",
+            mode=PLAN_MODE,
+            parents=False,  # ensure_spool made the directory, with its mode
+            before_replace=lambda: crash_point("planfile.written"),
+        )
     return path
 
 

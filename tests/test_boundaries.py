@@ -158,3 +158,37 @@ def test_no_import_cycle_crosses_a_package():
         if v not in index:
             visit(v)
     assert crossing == []
+
+
+# -- one atomic write --------------------------------------------------------------------------
+
+ATOMIC_WRITE = ROOT / "wrapper" / "atomic.py"
+
+
+def _renames_or_temporaries(path: Path) -> list[str]:
+    """The calls in ``path`` that replace a file by renaming (``os.replace``, ``Path.replace``:
+    ``.replace`` with one argument, where ``str.replace`` takes two) or make a temporary file."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name = node.func.attr
+            on_os = isinstance(node.func.value, ast.Name) and node.func.value.id == "os"
+            if name in {"mkstemp", "NamedTemporaryFile"} or (
+                name == "replace" and (on_os or len(node.args) + len(node.keywords) == 1)
+            ):
+                found.append(f"line {node.lineno}: .{name}()")
+    return found
+
+
+def test_files_are_replaced_atomically_in_one_place_only():
+    # wrapper.atomic.write_atomic is the one atomic write (a temporary file beside the target,
+    # fsynced, renamed over it); every writer uses it rather than its own copy.
+    sources = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py") if "__pycache__" not in p.parts]
+    wrong = {
+        str(p.relative_to(ROOT)): calls
+        for p in sources
+        if p != ATOMIC_WRITE and (calls := _renames_or_temporaries(p))
+    }
+    assert wrong == {}
+    assert _renames_or_temporaries(ATOMIC_WRITE)  # the scan does find the one

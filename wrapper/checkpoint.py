@@ -26,7 +26,6 @@ job first uses it, and the default root of a submission that finds another's the
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from typing import Any
 
 from planner.errors import InputError
 from planner.fields import loads_json
+from wrapper.atomic import write_atomic
 from wrapper.plandoc import job_file_name
 from wrapper.status import read_job_file, write_marker
 
@@ -80,14 +80,11 @@ def step_tag(step: int) -> str:
 
 def write_complete_marker(path: str | Path, record: dict[str, Any]) -> None:
     """Mark a checkpoint complete: call once every rank's data is written (after a barrier)."""
-    p = Path(path)
-    tmp = p / f".{COMPLETE_MARKER}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, p / COMPLETE_MARKER)
-    _fsync_dir(p)
+    # The checkpoint's directory must exist already (no parents: a marker never creates the
+    # checkpoint it marks), and the marker's name must survive a power loss (sync_dir).
+    write_atomic(
+        Path(path) / COMPLETE_MARKER, json.dumps(record, sort_keys=True) + "\n", parents=False, sync_dir=True
+    )
 
 
 def default_root(job_id: str, base: str | Path = DEFAULT_BASE) -> Path:
@@ -185,11 +182,3 @@ def latest_complete(root: str | Path) -> CheckpointInfo | None:
             if record is not None:
                 return CheckpointInfo(path, step, record)
     return None
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.fields import loads_json
+from wrapper.atomic import write_atomic
 
 DEFAULT_SPOOL = "/var/spool/mosaic"
 HEARTBEATS = "heartbeat.jsonl"
@@ -191,14 +192,7 @@ def _record(raw: bytes) -> dict[str, Any] | None:
 
 def write_marker(path: str | Path, record: Mapping[str, Any]) -> None:
     """Write the checkpoint marker atomically (readers see the old one or the new one)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(dict(record), sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, p)
+    write_atomic(path, json.dumps(dict(record), sort_keys=True) + "\n")
 
 
 def read_marker(path: str | Path) -> dict[str, Any] | None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 import logging
 from pathlib import Path
+from typing import Any
 
 from planner.sim import SimResult
+from slurm_plugin.files import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -17,6 +20,16 @@ def can_plot(path: Path) -> bool:
         return True
     log.warning("%s not written: matplotlib is not installed (pip install 'slurm-mosaic[plots]')", path)
     return False
+
+
+def save_png(fig: Any, path: Path, dpi: int) -> None:
+    """Render ``fig`` as PNG into ``path`` atomically, and close it."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    plt.close(fig)
+    write_atomic(path, buffer.getvalue())
 
 
 def write_sim_plot(result: SimResult, path: Path, title: str, total_gpus: int) -> None:
@@ -46,8 +59,4 @@ def write_sim_plot(result: SimResult, path: Path, title: str, total_gpus: int) -
     cdf.set_title("JCT CDF")
     fig.suptitle(title)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    save_png(fig, path, dpi=110)

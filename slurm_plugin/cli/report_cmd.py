@@ -116,7 +116,7 @@ def _decision_times(store: Store, report: Report) -> list[float]:
 def write_plot(report: Report, path: Path, total_gpus: int, title: str | None = None) -> None:
     """Each job's runs as bars (a requeue starts a new bar) and busy GPUs over time, under
     ``title`` (the scheduler, for the demo) when given."""
-    from slurm_plugin.cli.plot import can_plot
+    from slurm_plugin.cli.plot import can_plot, save_png
 
     if not can_plot(path):
         return
@@ -153,8 +153,4 @@ def write_plot(report: Report, path: Path, total_gpus: int, title: str | None = 
     busy.set_xlabel("seconds since the first start")
     busy.legend(loc="upper right")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(path)
+    save_png(fig, path, dpi=100)

@@ -244,19 +244,16 @@ def _make_devices(cluster: Cluster) -> None:
 def _write_configs(cluster: Cluster) -> None:
     etc = cluster.layout.root / "etc"
     lua = JOB_SUBMIT_LUA.exists()
-    write_atomic(etc / "slurm.conf", render_slurm_conf(cluster.shape, cluster.layout, job_submit_lua=lua))
-    write_atomic(etc / "gres.conf", render_gres_conf(cluster.shape, cluster.layout))
-    write_atomic(etc / "plugstack.conf", "")
-    if lua:
-        shutil.copyfile(JOB_SUBMIT_LUA, etc / "job_submit.lua")
     # Readable by every user, as at a real site: Slurm's commands read slurm.conf (and
     # sbatch/srun the plugstack) as the user who runs them, such as a non-root operator.
-    for name in ("slurm.conf", "gres.conf", "plugstack.conf"):
-        (etc / name).chmod(0o644)
-    if cluster.shape.accounting:
-        dbd = etc / "slurmdbd.conf"
-        write_atomic(dbd, render_slurmdbd_conf(cluster.layout))
-        dbd.chmod(0o600)  # slurmdbd refuses a readable config
+    conf = render_slurm_conf(cluster.shape, cluster.layout, job_submit_lua=lua)
+    write_atomic(etc / "slurm.conf", conf, mode=0o644)
+    write_atomic(etc / "gres.conf", render_gres_conf(cluster.shape, cluster.layout), mode=0o644)
+    write_atomic(etc / "plugstack.conf", "", mode=0o644)
+    if lua:
+        shutil.copyfile(JOB_SUBMIT_LUA, etc / "job_submit.lua")
+    if cluster.shape.accounting:  # slurmdbd refuses a readable config
+        write_atomic(etc / "slurmdbd.conf", render_slurmdbd_conf(cluster.layout), mode=0o600)
 
 
 def _start_munged(cluster: Cluster) -> None:

@@ -225,9 +225,9 @@ def test_a_plan_file_write_removes_the_temporary_file_a_killed_writer_left(tmp_p
     from planner.model import Assignment
 
     path = planfile.write_plan(tmp_path, "7", 1, Assignment((("n1", 0),), 2, 4.0))
-    stale = path.with_name(f".{path.name}.k1ll3d00")  # mkstemp's name, fsynced, never renamed
+    stale = path.with_name(f".{path.name}.k1ll3d00.tmp")  # write_atomic's temporary, never renamed
     stale.write_text("{")
-    other = path.with_name(".70.json.k1ll3d00")  # another job's writer: not this one's to remove
+    other = path.with_name(".70.json.k1ll3d00.tmp")  # another job's writer: not this one's to remove
     other.write_text("{")
     planfile.write_plan(tmp_path, "7", 2, Assignment((("n1", 1),), 2, 4.0))
     assert not stale.exists() and other.exists()

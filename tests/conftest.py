@@ -8,6 +8,7 @@ root, or Debian's Slurm packages missing (``contrib/setup.sh`` installs them as 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +27,20 @@ settings.register_profile(
 settings.register_profile("dev", max_examples=60, deadline=None)
 settings.register_profile("fast", max_examples=15, deadline=None, derandomize=True)  # contrib/test.sh --fast
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored() -> Iterator[None]:
+    """The CLI's ``main`` configures the root logger (``basicConfig(force=True)``: its own
+    stderr handler, level ERROR under ``-q``); without this, a later test's log capture
+    depends on which test ran first. pytest's own capture handlers come and go per phase."""
+    root = logging.getLogger()
+    level, before = root.level, set(root.handlers)
+    yield
+    for handler in list(root.handlers):
+        if handler not in before and not type(handler).__module__.startswith("_pytest"):
+            root.removeHandler(handler)
+    root.setLevel(level)
 
 
 def why_no_slurm() -> str | None:

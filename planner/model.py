@@ -306,9 +306,10 @@ class RoundPlan:
     and stops; ``migrated`` keeps running on a different GPU set (Tesserae's
     definition, what relabelling minimises); ``started`` was pending and starts;
     ``reshaped`` keeps its GPUs but changes CPUs, memory or plan. These are the plan's
-    GPU-level view: what a round costs, counted as restarts and migrations by the simulator,
-    the controller and ``mosaic report``, is :func:`planner.relaunch.classify` (GPUs
-    renumbered on the same nodes are ``migrated`` here, yet no relaunch). ``order`` is the priority order and
+    GPU-level view, :func:`planner.relaunch.gpu_set_change`: what a round costs, counted as
+    restarts and migrations by the simulator, the controller and ``mosaic report``, is
+    :func:`planner.relaunch.classify` (GPUs renumbered on the same nodes are ``migrated``
+    here, yet no relaunch). ``order`` is the priority order and
     ``reasons`` says, for every job in the snapshot, why it is where it is.
     ``stage_times_s`` breaks ``decision_time_s`` down per stage when a clock was given.
     ``policy_state`` is per-job policy state to store and hand back in the next

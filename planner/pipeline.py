@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from planner.model import Assignment, Job, JobState, Outcome, RoundPlan, Snapshot
+from planner.relaunch import GpuSetChange, gpu_set_change
 from planner.stages import (
     Demand,
     Draft,
@@ -135,7 +136,8 @@ def finalize(
     decision_time_s: float = 0.0,
     stage_times_s: dict[str, float] | None = None,
 ) -> RoundPlan:
-    """Turn a finished draft into a RoundPlan: the diff against what runs now, and reasons."""
+    """Turn a finished draft into a RoundPlan: the diff against what runs now
+    (:func:`planner.relaunch.gpu_set_change` of each job), and reasons."""
     preempted, migrated, started, reshaped = [], [], [], []
     assignments, outcomes = draft.assignments, draft.outcomes
     # A simulation at twice a cluster's capacity finalizes thousands of waiting jobs every
@@ -155,17 +157,18 @@ def finalize(
         old = job.assignment if job.state is running else None
         if new is not None and new is old:  # kept as it is (the common case)
             reasons[job_id] = Outcome.KEPT
-        elif new is None:
-            if old is not None:
-                preempted.append(job_id)
-        elif old is None:
+            continue
+        change = gpu_set_change(old, new)
+        if change is GpuSetChange.STOPPED:
+            preempted.append(job_id)
+        elif change is GpuSetChange.STARTED:
             started.append(job_id)
             reasons[job_id] = Outcome.PLACED
-        elif new.gpus != old.gpus:
+        elif change is GpuSetChange.MOVED:
             migrated.append(job_id)
             reasons[job_id] = Outcome.MOVED
-        else:
-            if not new.same_resources(old):
+        elif new is not None:  # the same GPUs: reshaped, or kept as it was
+            if change is GpuSetChange.RESHAPED:
                 reshaped.append(job_id)
             reasons[job_id] = Outcome.KEPT
     return RoundPlan(

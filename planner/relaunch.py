@@ -32,6 +32,12 @@ definition (running in consecutive rounds on a different GPU set) at the granula
 Slurm can express. A preempted job that later resumes, on its old nodes or on others, is
 a preemption and then a restart (``RESUMED``), never a migration: between the two it did
 not run.
+
+The plan's own view, :func:`gpu_set_change`, is finer and counts something else: which
+GPU *indices* a round gives each job, as the planner drew them (a plan's ``started``,
+``preempted``, ``migrated``, ``reshaped``, and the ``moved`` reason; what Tesserae's
+relabelling minimises). A renumbering on the same nodes is a new GPU set there, yet no
+relaunch here. Restarts, migrations and preemptions are always :func:`classify`'s.
 """
 
 from __future__ import annotations
@@ -133,3 +139,42 @@ def classify(before: Assignment | None, after: Assignment | None, *, ran_before:
     if after.shares_with and not before.shares_with:
         return Change.SHARED
     return Change.RESHAPED
+
+
+class GpuSetChange(StrEnum):
+    """What a plan changes of one job's GPU set, as the planner drew it (:func:`gpu_set_change`)."""
+
+    KEPT = "kept"
+    """The same GPUs, CPUs, memory and plan (or not running before nor after)."""
+    STARTED = "started"
+    """Not running before, given GPUs now (a first start or a resume alike)."""
+    STOPPED = "stopped"
+    """Running before, given no GPUs now."""
+    MOVED = "moved"
+    """Running before and now, on another set of GPU indices (a renumbering included)."""
+    RESHAPED = "reshaped"
+    """The same GPUs, other CPUs, memory (beyond float noise) or execution plan."""
+
+
+def gpu_set_change(before: Assignment | None, after: Assignment | None) -> GpuSetChange:
+    """What the plan changes of a job running as ``before`` when it assigns it ``after``
+    (``None``: not running): the plan's GPU-level view, which :func:`planner.pipeline.finalize`
+    sorts a round's jobs by. What it costs, in restarts and migrations, is :func:`classify`.
+
+    Examples
+    --------
+    >>> a = Assignment(gpus=(("n1", 0), ("n1", 1)), cpus=8, mem_gb=32.0)
+    >>> gpu_set_change(a, Assignment(gpus=(("n1", 2), ("n1", 3)), cpus=8, mem_gb=32.0))
+    <GpuSetChange.MOVED: 'moved'>
+    >>> gpu_set_change(a, Assignment(gpus=a.gpus, cpus=4, mem_gb=32.0))
+    <GpuSetChange.RESHAPED: 'reshaped'>
+    """
+    if after is None:
+        return GpuSetChange.KEPT if before is None else GpuSetChange.STOPPED
+    if before is None:
+        return GpuSetChange.STARTED
+    if after is before:
+        return GpuSetChange.KEPT
+    if after.gpus != before.gpus:
+        return GpuSetChange.MOVED
+    return GpuSetChange.KEPT if after.same_resources(before) else GpuSetChange.RESHAPED

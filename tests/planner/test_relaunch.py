@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from planner.model import Assignment
-from planner.relaunch import Change, classify, mem_mb_per_node, slurm_shape
+from planner.relaunch import Change, GpuSetChange, classify, gpu_set_change, mem_mb_per_node, slurm_shape
 
 
 def _a(gpus, cpus=8, mem_gb=32.0, plan=None, shares_with=()):
@@ -110,3 +110,35 @@ def test_renumbering_gpus_inside_their_nodes_is_never_a_change(a, rng):
     for node, count in a.per_node:
         renumbered += [(node, k) for k in rng.sample(range(8), count)]
     assert classify(a, _a(renumbered, cpus=a.cpus, mem_gb=a.mem_gb, plan=a.plan)) is Change.NONE
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "change", "costs"),
+    [
+        # The plan's GPU-level view: a renumbering is another GPU set, yet no relaunch.
+        (ON_N1, _a([("n1", 2), ("n1", 3)]), GpuSetChange.MOVED, Change.NONE),
+        (ON_N1, _a([("n2", 0), ("n2", 1)]), GpuSetChange.MOVED, Change.MOVED),
+        (ON_N1, _a([("n1", 0)]), GpuSetChange.MOVED, Change.RESIZED),
+        (ON_N1, _a([("n1", 0), ("n1", 1)], cpus=4), GpuSetChange.RESHAPED, Change.RESHAPED),
+        (ON_N1, _a([("n1", 0), ("n1", 1)], shares_with=("b",)), GpuSetChange.KEPT, Change.NONE),
+        (ON_N1, ON_N1, GpuSetChange.KEPT, Change.NONE),
+        (ON_N1, None, GpuSetChange.STOPPED, Change.PREEMPTED),
+        (None, ON_N1, GpuSetChange.STARTED, Change.START),
+        (None, None, GpuSetChange.KEPT, Change.NONE),
+    ],
+)
+def test_the_plans_gpu_set_change_is_finer_than_what_a_round_costs(before, after, change, costs):
+    assert gpu_set_change(before, after) is change
+    assert classify(before, after) is costs
+
+
+def test_the_plans_gpu_set_change_ignores_float_noise_in_memory():
+    assert gpu_set_change(ON_N1, _a([("n1", 0), ("n1", 1)], mem_gb=32.0 + 1e-9)) is GpuSetChange.KEPT
+
+
+def test_the_examples_in_the_docstrings_hold():
+    import doctest
+
+    import planner.relaunch
+
+    assert doctest.testmod(planner.relaunch).failed == 0

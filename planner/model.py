@@ -132,6 +132,13 @@ class Job:
     scheduler knows; ``None``: not declared or unlimited), ``plan`` (submitted execution
     plan), ``candidate_plans`` (the plans the job allows Mosaic to choose from; empty: only
     its own) and ``preemptible``.
+    ``restarts`` is how often the job was stopped and started again so far, what a restart
+    rule charges it for (Rubick's, Mosaic's bound): in the simulator, its restarts as
+    :func:`planner.relaunch.classify` counts them (relaunches, and resumes after a
+    preemption); live, Slurm's requeue count (``RestartCnt``,
+    :attr:`slurm_plugin.slurm.parse.SlurmJob.requeues`), which counts a preemption at its
+    stop rather than at its resume, and also requeues Mosaic did not ask for. The two agree
+    on a running job that only Mosaic stopped.
     ``policy_state`` is what the scheduling policy attached to the job in the previous
     round (e.g. its Tiresias queue); the world keeps it and hands it back unchanged.
 

@@ -101,7 +101,7 @@ def rows(
                     requested=record.num_gpus if record is not None else job_gpus(sj),
                     allocated=job_gpus(sj) if running else 0,
                     plan=plan_text(_plan(assignments.get(sj.id))),
-                    restarts=str(sj.restarts),
+                    restarts=str(sj.requeues),
                     reason=refused.get(sj.id) or str(reasons.get(sj.id) or slurm_reason or "-"),
                     guaranteed=meta.get("guaranteed") is True,
                 )

@@ -52,7 +52,7 @@ def make_slurm_job(**fields: Any) -> SlurmJob:
         "id": "7", "name": "j", "partition": "gpu", "state": "PENDING", "reason": "JobHeldUser",
         "priority": 0, "gpus_per_node": 1, "shards_per_node": 0, "cpus": 2, "mem_mb_per_node": 4096,
         "mem_mb_per_cpu": None, "num_nodes": 1, "nodes": (), "gpu_indices": (), "required_nodes": (),
-        "features": "", "submit_time": 1.0, "start_time": None, "restarts": 0, "comment": "",
+        "features": "", "submit_time": 1.0, "start_time": None, "requeues": 0, "comment": "",
         "admin_comment": "",
     }  # fmt: skip
     return SlurmJob(**{**base, **fields})

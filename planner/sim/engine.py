@@ -127,7 +127,7 @@ class _SimJob:
         self.assignment: Assignment | None = None
         self.start_time_s: float | None = None
         self.finish_time_s: float | None = None
-        self.restarts = 0
+        self.restarts = 0  # classify's Change.restart: relaunches and resumes (jobs.csv's column)
         self.migrations = 0
         self.preemptions = 0
         self.attained_gpu_s = 0.0

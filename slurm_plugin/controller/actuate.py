@@ -131,7 +131,7 @@ class Actuator:
         result = ApplyResult()
         now = self.clock()
         self._stopped_at = {j: t for j, t in self._stopped_at.items() if t > now - 10.0}
-        requeued = {(j, sj.submit_time) for j, sj in obs.managed.items() if sj.restarts and sj.is_pending}
+        requeued = {(j, sj.submit_time) for j, sj in obs.managed.items() if sj.requeues and sj.is_pending}
         self._requeue_seen = {k: self._requeue_seen.get(k, now) for k in requeued}
         # A refused job that left Slurm (cancelled, purged) never starts again: forget it.
         self._refused = {j: why for j, why in self._refused.items() if j in obs.managed}
@@ -272,13 +272,19 @@ class Actuator:
         log.warning("round %d: %s job %s %s: %s", round_id, a.kind, a.job_id, status, why)
 
     def _rate_limited(self, stops: Sequence[Action], round_id: int, result: ApplyResult) -> set[str]:
-        """Jobs stopped ``max_restarts_per_hour`` times in the last hour keep running."""
+        """Jobs stopped ``max_restarts_per_hour`` times in the last hour keep running.
+
+        What the limit counts is this controller's stops of the job that Slurm applied
+        (:meth:`Store.stops_since`: preemptions and relaunches alike, the setting's and the
+        message's "restarts"), not Slurm's requeue count (:attr:`SlurmJob.requeues`) nor
+        the simulator's restarts."""
         since = self.clock() - 3600
+        max_stops = self.config.max_restarts_per_hour
         blocked = set()
         for a in stops:
-            if self.store.stops_since(a.job_id, since) >= self.config.max_restarts_per_hour:
+            if self.store.stops_since(a.job_id, since) >= max_stops:
                 blocked.add(a.job_id)
-                why = f"rate limit: {self.config.max_restarts_per_hour} restarts in the last hour"
+                why = f"rate limit: {max_stops} restarts in the last hour"
                 self._skip(a, round_id, result, why)
         return blocked
 
@@ -392,7 +398,7 @@ class Actuator:
     def _wait_for_a_fresh_credential(self, sj: SlurmJob) -> None:
         """Sleep until a relaunch of ``sj`` gets a credential slurmd accepts (CREDENTIAL_MARGIN_S)."""
         ends = [self._stopped_at.pop(sj.id)] if sj.id in self._stopped_at else []
-        if sj.restarts > 0:
+        if sj.requeues > 0:
             ends.append(self._requeue_seen.setdefault((sj.id, sj.submit_time), self.clock()))
         if not ends:
             return  # never ran: no credential was revoked

@@ -145,7 +145,7 @@ def round_counts(
             continue
         counts["starts"] += 1
         sj = obs.managed.get(a.job_id)
-        if a.reason in relaunches or (sj is not None and sj.restarts > 0 and a.reason == "placed"):
+        if a.reason in relaunches or (sj is not None and sj.requeues > 0 and a.reason == "placed"):
             counts["restarts"] += 1
         if a.reason == Change.RESIZED.value:
             counts["resizes"] += 1

@@ -89,7 +89,7 @@ def reuses_an_earlier_id(sj: SlurmJob, record: JobRecord) -> bool:
     make the controller forget its attained service."""
     # Every listed job is asked every tick: the comment is decoded only for a job that has
     # never run, carries a token, and not the token its record holds.
-    if sj.state != "PENDING" or sj.restarts or f'"{SUBMISSION}"' not in sj.comment:
+    if sj.state != "PENDING" or sj.requeues or f'"{SUBMISSION}"' not in sj.comment:
         return False
     stored = (record.meta or {}).get(SUBMISSION)
     if isinstance(stored, str) and stored in sj.comment:
@@ -384,7 +384,7 @@ def _managed_job(
         gpu_types=gpu_types,
         plan=_valid_plan(sj.id, meta.get("plan")),
         candidate_plans=tuple(p for p in plans if _valid_plan(sj.id, p)) if isinstance(plans, list) else (),
-        restarts=sj.restarts,
+        restarts=sj.requeues,
         pending_since_s=record.pending_since_s if record is not None else sj.submit_time,
         assignment=assignment,
         policy_state=record.policy_state if record is not None else None,

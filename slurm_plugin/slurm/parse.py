@@ -181,7 +181,15 @@ class _Reader:
 
 @dataclass(frozen=True)
 class SlurmJob:
-    """One job as ``squeue --json`` shows it (the fields Mosaic uses)."""
+    """One job as ``squeue --json`` shows it (the fields Mosaic uses).
+
+    ``requeues`` is Slurm's ``RestartCnt``: how often the job was requeued, one for each
+    stop the controller applied (a preemption counts at its stop, before any resume) and
+    for each requeue Mosaic did not ask for (a node lost, an operator's ``scontrol
+    requeue``). It is what the planner is told as :attr:`Job.restarts
+    <planner.model.Job.restarts>` of a live job; it is neither the simulator's restarts
+    (:func:`planner.relaunch.classify`) nor the stops the restart rate limit counts.
+    """
 
     id: str
     name: str
@@ -201,7 +209,7 @@ class SlurmJob:
     features: str
     submit_time: float
     start_time: float | None
-    restarts: int
+    requeues: int  # Slurm's RestartCnt: see the class docstring
     comment: str
     admin_comment: str
     tasks: int = 1  # the job's task count (Slurm fills it in when the user did not ask)
@@ -282,7 +290,7 @@ def _job(raw: Mapping[str, Any]) -> SlurmJob:
         features=r.get("features", str, ""),
         submit_time=_epoch(r.req("submit_time", int), "submit_time", r.where),
         start_time=_epoch(start, "start_time", r.where) if start and state != "PENDING" else None,
-        restarts=r.get("restart_cnt", int, 0),
+        requeues=r.get("restart_cnt", int, 0),
         comment=r.get("comment", str, ""),
         admin_comment=r.get("admin_comment", str, ""),
         tasks=r.get("tasks", int, 1),
@@ -473,7 +481,7 @@ def _text_job(job_id: str, cells: list[str]) -> SlurmJob:
         features=text("Feature"),
         submit_time=_epoch(submit, "SubmitTime", where),
         start_time=_epoch(start, "StartTime", where) if start and state != "PENDING" else None,
-        restarts=integer("RestartCnt"),
+        requeues=integer("RestartCnt"),
         comment=text("Comment"),
         admin_comment=text("admin_comment"),
         tasks=integer("NumTasks", 1),

@@ -193,7 +193,7 @@ def test_a_job_requeued_by_another_actuator_waits_a_second_from_when_this_one_sa
     # host's clock alone, from when this actuator first saw the requeue.
     config, slurm, store = setup
     requeued = next(j for j in slurm.jobs() if j.id == "3")
-    assert requeued.restarts == 1
+    assert requeued.requeues == 1
     start = Action(Kind.START, "3", "r1-start-3", "started", Assignment((("n1", 0),), 1, 2.0))
     for skew in (-3.6, 0.4, 3.6):  # this host's clock behind, nearly with, ahead of slurmctld's
         slurm._jobs = [replace(j, state="PENDING", priority=0) if j.id == "3" else j for j in slurm._jobs]
@@ -375,7 +375,7 @@ def test_a_new_submission_with_an_earlier_jobs_id_starts_from_nothing(setup):
     [
         ("a" * 16, {"comment": encode_comment({"submission": "a" * 16})}),  # the same submission
         ("a" * 16, {"comment": ""}),  # no token to compare (plain sbatch, or submitted before tokens)
-        ("a" * 16, {"comment": encode_comment({"submission": "b" * 16}), "restarts": 1}),  # it ran
+        ("a" * 16, {"comment": encode_comment({"submission": "b" * 16}), "requeues": 1}),  # it ran
         ("a" * 16, {"comment": encode_comment({"submission": "b" * 16}), "state": "RUNNING"}),
     ],
 )

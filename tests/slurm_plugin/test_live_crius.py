@@ -167,5 +167,5 @@ def test_crius_moves_a_running_job_to_another_gpu_type_and_count(
     for r in records:
         assert math.isclose(r["loss"], reference[r["step"]], rel_tol=TOLERANCE), (r, reference[r["step"]])
     sj = running(short)
-    assert sj is not None and sj.nodes == v100_node and sj.restarts == 0, sj
+    assert sj is not None and sj.nodes == v100_node and sj.requeues == 0, sj
     assert running(v100) is not None

@@ -234,7 +234,7 @@ def test_a_job_ignoring_the_checkpoint_signal_is_requeued_after_the_grace_and_re
     assert took >= config.checkpoint_grace_s  # it waited out the grace, then stopped the job
     assert planfile.read_checkpoint_marker(config.spool_dir, job_id) is None  # never answered
     stopped = jobs(config)[job_id]
-    assert stopped.state == "PENDING" and stopped.held and stopped.restarts == 1
+    assert stopped.state == "PENDING" and stopped.held and stopped.requeues == 1
     periodic = json.loads((config.spool_dir / "status" / job_id / "periodic.json").read_text())["progress"]
     assert periodic > 0
     # The next round resumes it from its own last checkpoint: progress kept, nothing lost.
@@ -279,7 +279,7 @@ def test_a_node_drained_or_down_under_a_job_is_not_planned_on_and_nothing_stays_
             assert victim.state == "RUNNING" and victim.nodes == (node,)
         else:
             # Slurm requeued it (JobRequeue=1): the controller holds or places it, never loses it.
-            assert victim.restarts >= 1 and victim.state in {"PENDING", "RUNNING"}, victim
+            assert victim.requeues >= 1 and victim.state in {"PENDING", "RUNNING"}, victim
     finally:
         _scontrol_node(live, node, "state=resume")
     # Node back: every job runs, none stays held.

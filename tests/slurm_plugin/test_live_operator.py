@@ -294,7 +294,7 @@ def test_the_controller_runs_as_an_operator_and_without_the_admin_level_touches_
     marker = json.loads((spool / "status" / victim / "checkpoint.json").read_text())
     assert marker["job_id"] == victim
     held = jobs(config)[victim]
-    assert held.state == "PENDING" and held.held and held.restarts == 1
+    assert held.state == "PENDING" and held.held and held.requeues == 1
     wait_started(config, late)
     # ... and releases it when it is planned again (capacity freed by root cancelling `late`).
     run(["scancel", late], env=live.env)
@@ -338,9 +338,9 @@ def test_the_controller_runs_as_an_operator_and_without_the_admin_level_touches_
         if job.user_id != owner.pw_uid or job.state not in {"RUNNING", "PENDING"}:
             continue
         now = after[job_id]
-        assert (now.state, now.held, now.restarts) == (job.state, job.held, job.restarts), (job_id, job, now)
+        assert (now.state, now.held, now.requeues) == (job.state, job.held, job.requeues), (job_id, job, now)
     assert [j for j, s in after.items() if s.held and s.state == "PENDING"] == [late2]
-    assert after[late2].reason == "JobHeldUser" and after[late2].restarts == 0  # as its user submitted it
+    assert after[late2].reason == "JobHeldUser" and after[late2].requeues == 0  # as its user submitted it
 
 
 SWEEP = """

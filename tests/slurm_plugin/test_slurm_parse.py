@@ -49,8 +49,8 @@ def test_running_job_has_its_allocation_and_gpu_indices(jobs):
 
 def test_held_requeued_and_bad_constraints_are_pending(jobs):
     held, requeued, bad = jobs["held"], jobs["requeued"], jobs["bad"]
-    assert held.held and held.reason == "JobHeldUser" and held.restarts == 0
-    assert requeued.held and requeued.restarts == 1 and requeued.features == "v100"
+    assert held.held and held.reason == "JobHeldUser" and held.requeues == 0
+    assert requeued.held and requeued.requeues == 1 and requeued.features == "v100"
     assert bad.reason == "BadConstraints" and bad.gpus_per_node == 5
     for j in (held, requeued, bad):
         assert j.is_pending and j.nodes == () and j.start_time is None

@@ -92,6 +92,6 @@ def test_text_queue_read_matches_json(live: Cluster) -> None:
     assert all(len(indices) == 2 for _, indices in two_nodes.gpu_indices)
     assert by_id[started[1]].mem_mb_per_cpu == 700
     assert by_id[started[1]].time_limit_s == 26 * 3600.0 and by_id[held].time_limit_s is None
-    assert by_id[started[2]].restarts == 1 and by_id[started[2]].held
+    assert by_id[started[2]].requeues == 1 and by_id[started[2]].held
     # Read again: the running jobs' indices are remembered, and still right.
     assert mismatches(client.jobs(), client.jobs_json()) == {}

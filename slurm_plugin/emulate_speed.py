@@ -36,7 +36,7 @@ from planner.model import Assignment, Node
 from planner.sim.progress import Partner, SpeedModel
 from planner.traces.records import TraceJob
 from profiles.store import ProfileStore
-from slurm_plugin.files import read_text
+from slurm_plugin.files import read_text, write_atomic
 from slurm_plugin.planfile import read_plan
 from wrapper.plandoc import parse_plan_document
 
@@ -119,10 +119,11 @@ def nodes_from_cluster_file(path: str | Path) -> dict[str, Node]:
 
 
 def write_identity(status_dir: Path, job: TraceJob) -> None:
-    """Record the model this job runs (its GPU partners read it to know whom they share with)."""
-    status_dir.mkdir(parents=True, exist_ok=True)
+    """Record the model this job runs (its GPU partners read it to know whom they share with;
+    atomically, as a partner reading a half-written file would take the job for not started
+    and keep the wrong speed for its whole run)."""
     record = {"model": job.model, "batch_size": job.batch_size, "num_gpus": job.num_gpus}
-    (status_dir / IDENTITY_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
+    write_atomic(status_dir / IDENTITY_FILE, json.dumps(record) + "\n")
 
 
 def _partner(spool: Path, job_id: str) -> Partner | None:

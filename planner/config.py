@@ -203,8 +203,6 @@ PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(
             reconfiguration="crius",
             options={"reconfiguration": {"scale": [0.5, 2]}},
         ),
-        # Crius §8.5: deadline-aware (a Cell must finish the job by its deadline; ElasticFlow's
-        # admission of the minimum satisfactory share; hopeless jobs dropped).
         # Everything composed (planner/policies/mosaic/rules.py says which stage owns what):
         # guaranteed jobs within their tenant's quota first, then 2D-LAS with declared time
         # limits as a bound (never the true run times); CPUs and memory by Synergy-Tune; plans
@@ -220,6 +218,8 @@ PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(
             reconfiguration="mosaic",
             migration="tesserae",
         ),
+        # Crius §8.5: deadline-aware (a Cell must finish the job by its deadline; ElasticFlow's
+        # admission of the minimum satisfactory share; hopeless jobs dropped).
         "crius-ddl": SchedulerConfig(
             name="crius-ddl",
             trigger="event",

@@ -7,17 +7,20 @@ completing, another partition, a drained and a down node) and saves what ``squeu
 --json``, ``sinfo --json``, ``scontrol show job/node -o`` and ``sacct`` print; then one
 moment of a second queue as both ``squeue --json`` and the ``squeue --Format`` text the
 controller reads (:func:`capture_pair`). Run as root:
-``.venv/bin/python contrib/capture_slurm_fixtures.py`` (``--pair-only``: the second part alone).
+``.venv/bin/python contrib/capture_slurm_fixtures.py`` (``--pair-only``: the second part alone;
+``--sacct-trace-only``: only what ``mosaic trace from-sacct`` reads, :func:`capture_sacct_trace`).
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from slurm_plugin.directives import encode_comment
 from slurm_plugin.slurm import commands, parse
 from slurm_plugin.slurm.backend import DETAIL_STATES
 from slurm_plugin.slurm.runner import run
@@ -34,6 +37,14 @@ PAIR_SEPARATOR = "~mosaic-fixture-separator~"
 def main(argv: list[str]) -> int:
     """All fixtures; ``--pair-only``: only the squeue --json / --Format pair (a homogeneous cluster)."""
     pair_only = "--pair-only" in argv
+    if "--sacct-trace-only" in argv:
+        with tempfile.TemporaryDirectory(prefix="mosaic-capture-") as tmp:
+            cluster = lifecycle.up(shape_named("homogeneous", accounting=True), Path(tmp) / "c")
+            try:
+                capture_sacct_trace(cluster.env)
+            finally:
+                lifecycle.down(cluster.layout.root)
+        return 0
     with tempfile.TemporaryDirectory(prefix="mosaic-capture-") as tmp:
         shape = shape_named("homogeneous") if pair_only else shape_named("hetero", accounting=True)
         cluster = lifecycle.up(shape, Path(tmp) / "c")
@@ -164,6 +175,74 @@ def capture(env: dict[str, str]) -> None:
     )
     save("sacct.txt", run(["sacct", "-D", "-X", "-P", "-S", "now-1hour", "-o", fields], env=env).stdout)
     print(f"captured jobs {a} {b} {c} {d} {e} {f} {g} into {OUT}", file=sys.stderr)
+
+
+def capture_sacct_trace(env: dict[str, str]) -> None:
+    """A site's history as ``mosaic trace from-sacct`` reads it (``sacct_trace.txt``, the
+    command beside it in ``sacct_trace.cmd``; ``sacct_trace_iso.txt``: the same without
+    ``SLURM_TIME_FORMAT``): jobs on 1, 2 (submitted with Mosaic's comment) and 4 GPUs (two
+    nodes), one requeued while running (``scontrol requeue``), a three-task array, one
+    cancelled while pending, one that fails, one that runs past its time limit, under two
+    accounts and a QOS."""
+    for argv in (
+        ["sacctmgr", "-i", "add", "account", "vision", "research"],
+        ["sacctmgr", "-i", "add", "qos", "prod"],
+        ["sacctmgr", "-i", "add", "user", "root", "account=vision,research", "qos+=prod"],
+        ["sacctmgr", "-i", "modify", "user", "root", "set", "qos+=prod"],
+    ):
+        print(run(argv, env=env, check=False).stdout, file=sys.stderr)
+    time.sleep(1)
+    meta = {"model": "resnet50", "batch_size": 64, "plan": {"zero_stage": 1}, "submission": "0123abcd"}
+    jobs = {
+        "one": sbatch(env, "-J", "one", "-A", "vision", "--gres=gpu:1", "-c", "2", "--mem=2G",
+                      "--time=10", "--wrap", "sleep 3"),
+        "mosaic": sbatch(env, "-J", "mosaic", "-A", "research", "--qos=prod", "--gres=gpu:2", "-c", "4",
+                         "--mem=8G", f"--comment={encode_comment(meta)}", "--wrap", "sleep 4"),
+        "four": sbatch(env, "-J", "four", "-A", "vision", "-N", "2", "--gres=gpu:2", "-c", "2", "--mem=1G",
+                       "--time=1-00:00:00", "--wrap", "sleep 3"),
+        "requeued": sbatch(env, "-J", "requeued", "-A", "research", "--gres=gpu:1", "-c", "1", "--mem=1G",
+                           "--wrap", "sleep 6"),
+        "array": sbatch(env, "-J", "array", "-A", "vision", "--array=0-2", "--gres=gpu:1", "-c", "1",
+                        "--mem=1G", "--wrap", "sleep 2"),
+        "failed": sbatch(env, "-J", "failed", "-A", "vision", "--gres=gpu:1", "-c", "1", "--mem=1G",
+                         "--wrap", "sleep 1; exit 3"),
+        "timeout": sbatch(env, "-J", "timeout", "-A", "research", "--gres=gpu:1", "-c", "1", "--mem=1G",
+                          "--time=1", "--wrap", "sleep 300"),
+    }  # fmt: skip
+    ids = ",".join(jobs.values())
+    run(["scontrol", "update", f"JobId={ids}", "StartTime=now"], env=env, check=False)
+    run(["scontrol", "release", ids], env=env, check=False)
+    wait_running(env, [jobs["requeued"]])
+    # Eligible but waiting for every GPU (a held job never becomes eligible, and sacct's
+    # time window leaves such a job out), then cancelled before it starts.
+    pending = sbatch(env, "-p", "other", "-J", "cancelled", "-A", "vision", "-N", "4", "--gres=gpu:4",
+                     "--wrap", "sleep 5")  # fmt: skip
+    time.sleep(1)
+    time.sleep(2)
+    run(["scontrol", "requeue", jobs["requeued"]], env=env)
+    run(["scancel", pending], env=env)
+    time.sleep(1)
+    run(["scontrol", "update", f"JobId={jobs['requeued']}", "StartTime=now"], env=env, check=False)
+    run(["scontrol", "release", jobs["requeued"]], env=env, check=False)
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline:
+        if not run(["squeue", "-h", "-o", "%i"], env=env).stdout.strip():
+            break
+        time.sleep(1)
+    else:
+        print(run(["squeue", "-o", "%i %j %T %r"], env=env).stdout, file=sys.stderr)
+        raise RuntimeError("the jobs did not end")
+    time.sleep(3)  # slurmdbd records the last ends
+    argv = commands.sacct_trace("now-1hour")
+    save("sacct_trace.txt", run(argv, env={**env, **commands.SACCT_TRACE_ENV}).stdout)
+    save("sacct_trace_iso.txt", run(argv, env=env).stdout)
+    env_words = " ".join(f"{k}={v}" for k, v in commands.SACCT_TRACE_ENV.items())
+    save(
+        "sacct_trace.cmd",
+        f"# sacct_trace.txt (sacct_trace_iso.txt: without {env_words}); Slurm "
+        f"{run(['sacct', '--version'], env=env).stdout.strip()}\n{env_words} {shlex.join(argv)}\n",
+    )
+    print(f"captured jobs {jobs} and {pending} (cancelled while pending) into {OUT}", file=sys.stderr)
 
 
 def wait_running(env: dict[str, str], jobs: list[str], timeout_s: float = 30.0) -> None:

@@ -10,6 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from planner.errors import MosaicError
 from slurm_plugin.cli import (
+    cluster_cmd,
     controller_cmd,
     demo_cmd,
     emulate_cmd,
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sim_cmd.add_parser(sub, common)
     trace_cmd.add_parser(sub, common)
+    cluster_cmd.add_parser(sub, common)
     plan_cmd.add_parser(sub, common)
     info_cmd.add_parsers(sub, common)
     testcluster_cmd.add_parser(sub, common)

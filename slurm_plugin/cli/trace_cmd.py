@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 from collections import Counter
+from collections.abc import Mapping
 
 from planner.errors import ConfigError
 from planner.traces import format_trace
@@ -27,7 +28,9 @@ def add_parser(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
     p = sub.add_parser("trace", parents=[common], help="generate or import job traces")
-    tsub = p.add_subparsers(dest="trace_command", required=True, metavar="{gen,philly,rubick,crius,mix}")
+    tsub = p.add_subparsers(
+        dest="trace_command", required=True, metavar="{gen,philly,rubick,crius,mix,from-sacct}"
+    )
 
     gen = tsub.add_parser(
         "gen",
@@ -155,6 +158,29 @@ def add_parser(
     mx.add_argument("--config-out", metavar="TOML", help="write the tenants' quotas here")
     mx.set_defaults(run=run_mix)
 
+    sa = tsub.add_parser(
+        "from-sacct",
+        parents=[common],
+        help="a site's Slurm accounting history (sacct) as a trace",
+        description="Runs sacct --parsable2 --noheader --allusers --duplicates --allocations and "
+        "writes the finished jobs that held GPUs as a trace: submit times from the earliest, run "
+        "time the sum of a requeued job's runs, GPUs, CPUs and memory from AllocTRES, tenant the "
+        "account, model and plan from 'mosaic submit' metadata (else the neutral profile). Jobs "
+        "that never started, still run or held no GPU are counted and left out "
+        "(slurm_plugin/slurm/sacct_trace.py says how). Needs Slurm accounting (slurmdbd).",
+    )
+    sa.add_argument("--since", default="1970-01-01T00:00:01", help="sacct start time (default: all)")
+    sa.add_argument("--until", help="sacct end time (default: now)")
+    sa.add_argument("--partition", action="append", default=[], help="only this partition (repeatable)")
+    sa.add_argument(
+        "--qos-guaranteed", default="", metavar="Q,...", help="QOS names whose jobs are guaranteed"
+    )
+    sa.add_argument("--anonymise", action="store_true", help="replace users and accounts by stable hashes")
+    sa.add_argument("--slurm-conf", help="slurm.conf of the cluster (default: Slurm's own)")
+    sa.add_argument("--input", metavar="TEXT", help="read saved sacct output instead of running sacct")
+    sa.add_argument("--out", required=True, metavar="CSV", help="output file ('-' for stdout)")
+    sa.set_defaults(run=run_from_sacct)
+
 
 def _emit(jobs: list[TraceJob], out: str) -> None:
     text = format_trace(jobs)
@@ -271,3 +297,47 @@ def run_crius(args: argparse.Namespace) -> int:
         jobs = elastic(jobs)
     _emit(jobs, args.out)
     return 0
+
+
+def run_from_sacct(args: argparse.Namespace) -> int:
+    from slurm_plugin.report import accounting_error
+    from slurm_plugin.slurm.backend import CliSlurm
+    from slurm_plugin.slurm.runner import SlurmCommandError, SlurmError
+    from slurm_plugin.slurm.sacct_trace import format_site_trace, trace_from_sacct
+
+    if args.input:
+        text, separator, source = read_text(args.input), "|", args.input
+    else:
+        client = CliSlurm({"SLURM_CONF": args.slurm_conf} if args.slurm_conf else {}, timeout_s=300.0)
+        try:
+            text, separator = client.sacct_trace_text(args.since, args.until, args.partition)
+        except SlurmCommandError as e:
+            raise SlurmError(accounting_error(e)) from e
+        source = "sacct"
+    result = trace_from_sacct(
+        text,
+        delimiter=separator,
+        guaranteed_qos=args.qos_guaranteed.split(","),
+        anonymise=args.anonymise,
+        source=source,
+    )
+    if not result.jobs:
+        raise ConfigError(f"{source}: no finished job that held GPUs ({_counts(result.skipped)})")
+    csv_text = format_site_trace(result.jobs)
+    if args.out == "-":
+        sys.stdout.write(csv_text)
+    else:
+        write_atomic(args.out, csv_text)
+    print(
+        f"wrote {len(result.jobs)} jobs ({result.requeued} requeued, their runs summed; "
+        f"{result.array_tasks} array tasks) to {args.out}; left out: {_counts(result.skipped)}"
+        + (f"; {result.unread_comments} Mosaic comment(s) not usable" if result.unread_comments else ""),
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _counts(skipped: Mapping[str, int]) -> str:
+    from slurm_plugin.slurm.sacct_trace import SKIP_NEVER_STARTED, SKIP_NO_GPU, SKIP_RUNNING
+
+    return ", ".join(f"{skipped.get(k, 0)} {k}" for k in (SKIP_NEVER_STARTED, SKIP_RUNNING, SKIP_NO_GPU))

@@ -134,6 +134,13 @@ class CliSlurm:
     def submit(self, script: str, extra: Sequence[str], comment: str | None, env: Mapping[str, str]) -> str:
         return parse.parse_sbatch_id(self._run(commands.sbatch(script, extra, comment), env))
 
+    def sacct_trace_text(self, since: str, until: str | None, partitions: Sequence[str]) -> tuple[str, str]:
+        """What ``mosaic trace from-sacct`` reads (:func:`commands.sacct_trace`), and the
+        separator between its fields: a random token, as in :meth:`sacct_runs`."""
+        separator = "~" + secrets.token_hex(12) + "~"
+        argv = commands.sacct_trace(since, until, partitions, delimiter=separator)
+        return self._run(argv, commands.SACCT_TRACE_ENV), separator
+
     def sacct_runs(self, since: str, until: str | None) -> list[dict[str, str]]:
         """Every run since ``since``. Fields are separated by a random token, not ``|``: a
         user's ``--comment`` or job name may hold ``|`` (or a line break), and one such job

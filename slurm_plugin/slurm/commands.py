@@ -120,6 +120,57 @@ def sacct_runs(
     return argv
 
 
+SACCT_TRACE_FIELDS = (
+    "JobID",
+    "User",
+    "Account",
+    "Partition",
+    "QOS",
+    "State",
+    "Submit",
+    "Start",
+    "End",
+    "ElapsedRaw",
+    "Timelimit",
+    "AllocTRES",
+    "Comment",
+    # Last: a field that never holds a line break (parse.parse_parsable).
+    "JobIDRaw",
+)
+"""What ``mosaic trace from-sacct`` reads (:mod:`slurm_plugin.slurm.sacct_trace`)."""
+
+SACCT_TRACE_ENV = {"SLURM_TIME_FORMAT": "%s"}
+"""Environment for :func:`sacct_trace`: times as epoch seconds (no time zone to guess)."""
+
+
+def sacct_trace(
+    since: str,
+    until: str | None = None,
+    partitions: Sequence[str] = (),
+    delimiter: str = "|",
+    fields: Sequence[str] = SACCT_TRACE_FIELDS,
+) -> list[str]:
+    """Every allocation (``-X``: no steps) of every user since ``since``, each run of a
+    requeued job on its own row (``--duplicates``), no header, fields separated by
+    ``delimiter``; run with :data:`SACCT_TRACE_ENV`."""
+    argv = [
+        "sacct",
+        "--parsable2",
+        "--noheader",
+        "--allusers",
+        "--duplicates",
+        "--allocations",
+        f"--delimiter={delimiter}",
+        f"--starttime={since}",
+        f"--format={','.join(fields)}",
+    ]
+    if until is not None:
+        argv.append(f"--endtime={until}")
+    if partitions:
+        argv.append(f"--partition={','.join(partitions)}")
+    return argv
+
+
 def _job_id(job_id: str) -> str:
     if not job_id.replace("_", "").isdigit():
         raise InputError(f"{job_id!r} is not a Slurm job id")

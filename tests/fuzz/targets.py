@@ -510,6 +510,17 @@ def _sacct(text: str) -> None:
             tres_map(row.get(key, ""))
 
 
+def _sacct_trace(text: str) -> None:
+    """``mosaic trace from-sacct``: sacct's history to trace rows, which the trace reader must
+    take back unchanged."""
+    from planner.traces.csvio import parse_trace
+    from slurm_plugin.slurm.sacct_trace import format_site_trace, trace_from_sacct
+
+    result = trace_from_sacct(text, guaranteed_qos=("prod",), source=SOURCE)
+    if tuple(result.trace_jobs) != parse_trace(format_site_trace(result.jobs), SOURCE):
+        raise Bug("sacct trace does not round-trip through the trace CSV")
+
+
 def _slurm_fields(text: str) -> None:
     """The small field parsers squeue/sinfo/sacct/sbatch output goes through."""
     from slurm_plugin.slurm import parse
@@ -666,6 +677,12 @@ def _targets() -> dict[str, Target]:
             "scontrol", _scontrol, (SlurmParseError,), (_lines(_read("scontrol_jobs.txt"), 3),), named=False
         ),
         Target("sacct", _sacct, (SlurmParseError,), (_lines(_read("sacct.txt"), 6),)),
+        Target(
+            "sacct_trace",
+            _sacct_trace,
+            (SlurmParseError,),
+            (_read("sacct_trace.txt"), _lines(_read("sacct_trace_iso.txt"), 4)),
+        ),
         Target(
             "slurm_fields",
             _slurm_fields,

@@ -166,7 +166,7 @@ def add_parser(
         "writes the finished jobs that held GPUs as a trace: submit times from the earliest, run "
         "time the sum of a requeued job's runs, GPUs, CPUs and memory from AllocTRES, tenant the "
         "account, model and plan from 'mosaic submit' metadata (else the neutral profile). Jobs "
-        "that never started, still run or held no GPU are counted and left out "
+        "that never started, have not finished or held no GPU are counted and left out "
         "(slurm_plugin/slurm/sacct_trace.py says how). Needs Slurm accounting (slurmdbd).",
     )
     sa.add_argument("--since", default="1970-01-01T00:00:01", help="sacct start time (default: all)")

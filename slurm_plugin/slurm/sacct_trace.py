@@ -12,8 +12,8 @@ The sacct text is what :func:`slurm_plugin.slurm.commands.sacct_trace` prints
   submitted at its earliest ``Submit``; array tasks (``123_4``) are jobs of their own;
 * a job none of whose records has both a ``Start`` and an ``AllocTRES`` never ran (a job
   cancelled while pending has a ``Start``, the time it was cancelled, and no allocation):
-  skipped and counted, as are jobs
-  still running (their run time is not known yet) and jobs that held no GPU; a failed,
+  skipped and counted, as are jobs not finished (running, or requeued and waiting to run
+  again: their run time is not known yet) and jobs that held no GPU; a failed,
   cancelled or timed-out run keeps the time it ran; a run shorter than Slurm's one-second
   resolution counts as one second (a trace's run times are positive);
 * ``submit_time_s`` counts from the earliest submission kept; GPUs and their type come from
@@ -59,7 +59,7 @@ EXTRA_COLUMNS = ("user", "state", "runs", "cpus", "mem_gb")
 """Columns :func:`format_site_trace` adds after the trace's own (the trace reader ignores them)."""
 
 SKIP_NEVER_STARTED = "never started"
-SKIP_RUNNING = "still running"
+SKIP_RUNNING = "not finished"
 SKIP_NO_GPU = "held no GPU"
 
 _EMPTY = frozenset({"", "Unknown", "None", "N/A", "(null)"})
@@ -67,7 +67,10 @@ _NO_LIMIT = frozenset({"UNLIMITED", "Partition_Limit", "INVALID", "NOT_SET"}) | 
 _JOB_ID = re.compile(r"\d{1,12}(?:_(?:\d{1,9}|\[[^\]]*\]))?(?:\+\d{1,6})?")
 _EPOCH = re.compile(r"\d{1,12}")
 _GPU_KEY = re.compile(r"gres/gpu(?::([^=,]+))?")
-_RUNNING = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING"})
+_UNFINISHED = frozenset(
+    {"RUNNING", "SUSPENDED", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "PENDING"}
+)
+"""A job whose last record is in one of these states may run (again): not in the trace yet."""
 MAX_ELAPSED_S = 100 * 365 * 86400
 """A longer run is not one Slurm measured."""
 
@@ -330,7 +333,7 @@ def trace_from_sacct(
         if not ran:
             skipped[SKIP_NEVER_STARTED] += 1
             continue
-        if last.state in _RUNNING or (last.ran and last.end is None):
+        if last.state in _UNFINISHED or (last.ran and last.end is None):
             skipped[SKIP_RUNNING] += 1
             continue
         if ran[-1].gpus < 1:

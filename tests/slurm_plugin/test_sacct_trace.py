@@ -184,12 +184,16 @@ def test_running_and_cpu_only_jobs_are_counted():
     assert result.skipped == {SKIP_RUNNING: 1, SKIP_NO_GPU: 1, SKIP_NEVER_STARTED: 1}
 
 
-def test_a_job_requeued_and_pending_again_keeps_its_earlier_run_but_a_running_one_waits():
+def test_a_requeued_job_waiting_or_running_again_has_not_finished():
     first = row(JobID="7", State="REQUEUED", ElapsedRaw="40")
     again = row(JobID="7", State="PENDING", Submit=str(T0 + 60), Start="Unknown", End="Unknown", AllocTRES="")
-    assert by_id(first + again)["7"].trace.duration_s == 40
     running = row(JobID="7", State="RUNNING", Submit=str(T0 + 60), End="Unknown")
-    assert trace_from_sacct(first + running).skipped == {SKIP_RUNNING: 1}
+    for text in (first, first + again, first + running):
+        assert trace_from_sacct(text).skipped == {SKIP_RUNNING: 1}
+    # Cancelled while waiting: its first run is all it ran.
+    cancelled = row(JobID="7", State="CANCELLED", Submit=str(T0 + 60), Start=str(T0 + 90), End=str(T0 + 90),
+                    ElapsedRaw="0", AllocTRES="")  # fmt: skip
+    assert by_id(first + cancelled)["7"].trace.duration_s == 40
 
 
 def test_a_run_under_a_second_counts_one_second_and_a_missing_elapsed_is_end_minus_start():

@@ -338,6 +338,6 @@ def run_from_sacct(args: argparse.Namespace) -> int:
 
 
 def _counts(skipped: Mapping[str, int]) -> str:
-    from slurm_plugin.slurm.sacct_trace import SKIP_NEVER_STARTED, SKIP_NO_GPU, SKIP_RUNNING
+    from slurm_plugin.slurm.sacct_trace import SKIP_NEVER_STARTED, SKIP_NO_GPU, SKIP_UNFINISHED
 
-    return ", ".join(f"{skipped.get(k, 0)} {k}" for k in (SKIP_NEVER_STARTED, SKIP_RUNNING, SKIP_NO_GPU))
+    return ", ".join(f"{skipped.get(k, 0)} {k}" for k in (SKIP_NEVER_STARTED, SKIP_UNFINISHED, SKIP_NO_GPU))

@@ -59,7 +59,7 @@ EXTRA_COLUMNS = ("user", "state", "runs", "cpus", "mem_gb")
 """Columns :func:`format_site_trace` adds after the trace's own (the trace reader ignores them)."""
 
 SKIP_NEVER_STARTED = "never started"
-SKIP_RUNNING = "not finished"
+SKIP_UNFINISHED = "not finished"
 SKIP_NO_GPU = "held no GPU"
 
 _EMPTY = frozenset({"", "Unknown", "None", "N/A", "(null)"})
@@ -334,7 +334,7 @@ def trace_from_sacct(
             skipped[SKIP_NEVER_STARTED] += 1
             continue
         if last.state in _UNFINISHED or (last.ran and last.end is None):
-            skipped[SKIP_RUNNING] += 1
+            skipped[SKIP_UNFINISHED] += 1
             continue
         if ran[-1].gpus < 1:
             skipped[SKIP_NO_GPU] += 1
@@ -468,8 +468,10 @@ def cluster_toml(
 
 
 def _toml_string(text: str) -> str:
+    """``text`` as a TOML basic string (a lone surrogate, which TOML cannot hold, as U+FFFD)."""
+    text = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
     escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    return '"' + "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in escaped) + '"'
+    return '"' + "".join(c if c.isprintable() else f"\\U{ord(c):08x}" for c in escaped) + '"'
 
 
 __all__ = [

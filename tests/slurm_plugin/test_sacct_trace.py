@@ -19,7 +19,7 @@ from slurm_plugin.slurm.sacct_trace import (
     NEUTRAL_MODEL,
     SKIP_NEVER_STARTED,
     SKIP_NO_GPU,
-    SKIP_RUNNING,
+    SKIP_UNFINISHED,
     SiteJob,
     anonymous,
     cluster_toml,
@@ -181,7 +181,7 @@ def test_running_and_cpu_only_jobs_are_counted():
     )
     result = trace_from_sacct(text)
     assert [j.trace.job_id for j in result.jobs] == ["1"]
-    assert result.skipped == {SKIP_RUNNING: 1, SKIP_NO_GPU: 1, SKIP_NEVER_STARTED: 1}
+    assert result.skipped == {SKIP_UNFINISHED: 1, SKIP_NO_GPU: 1, SKIP_NEVER_STARTED: 1}
 
 
 def test_a_requeued_job_waiting_or_running_again_has_not_finished():
@@ -189,7 +189,7 @@ def test_a_requeued_job_waiting_or_running_again_has_not_finished():
     again = row(JobID="7", State="PENDING", Submit=str(T0 + 60), Start="Unknown", End="Unknown", AllocTRES="")
     running = row(JobID="7", State="RUNNING", Submit=str(T0 + 60), End="Unknown")
     for text in (first, first + again, first + running):
-        assert trace_from_sacct(text).skipped == {SKIP_RUNNING: 1}
+        assert trace_from_sacct(text).skipped == {SKIP_UNFINISHED: 1}
     # Cancelled while waiting: its first run is all it ran.
     cancelled = row(JobID="7", State="CANCELLED", Submit=str(T0 + 60), Start=str(T0 + 90), End=str(T0 + 90),
                     ElapsedRaw="0", AllocTRES="")  # fmt: skip
@@ -274,9 +274,11 @@ def test_gres_types_features_and_nodes_without_gpus():
         dataclasses.replace(node, name="g3", gres_gpu_type="", features=("rack7",)),  # the only feature
         dataclasses.replace(node, name="g4", gres_gpu_type="", features=()),
         dataclasses.replace(node, name="c1", gpus=0),
+        dataclasses.replace(node, name='g"5\n', gres_gpu_type='Odd"\\\x01\U0001f600'),  # quoted in TOML
     ]
     text, left_out = cluster_toml(nodes, ("a100", "l40s", "h100"), "mystery")
-    assert [n.gpu_type for n in cluster_from_toml(text, "t")] == ["h100", "l40s", "rack7", "mystery"]
+    types = [n.gpu_type for n in cluster_from_toml(text, "t")]
+    assert types == ["h100", "l40s", "rack7", "mystery", 'odd"\\\x01\U0001f600']
     assert left_out == {"no GPU": 1}
 
 

@@ -125,7 +125,7 @@ def test_planned_preemption_checkpoints_and_requeues_then_resumes(live, tmp_path
     marker = planfile.read_checkpoint_marker(config.spool_dir, victim)
     assert marker is not None and marker["progress"] > 0
     job = jobs(config)[victim]
-    assert job.state == "PENDING" and job.held and job.restarts == 1
+    assert job.state == "PENDING" and job.held and job.requeues == 1
     wait_started(config, late)
     # Once capacity frees up the victim resumes from its checkpoint, not from zero.
     from slurm_plugin.slurm.runner import run
@@ -182,7 +182,7 @@ def test_a_job_outside_mosaic_is_left_alone(live, tmp_path):
     assert {x["job"] for x in report.actions} == {managed}
     wait_started(config, managed)
     after = jobs(config)[outside]
-    assert after.state == "RUNNING" and after.start_time == before.start_time and after.restarts == 0
+    assert after.state == "RUNNING" and after.start_time == before.start_time and after.requeues == 0
     assert after.admin_comment == ""
     # The planner kept the outside job's GPUs free of Mosaic's job.
     plan = Store(config.store_path).last_round().plan  # type: ignore[union-attr]

@@ -18,8 +18,11 @@ echo "== ruff" >&2
 echo "== mypy" >&2
 .venv/bin/mypy
 echo "== pytest" >&2
+# Workers (pytest-xdist): the live tests mostly wait on Slurm, so three share two cores well;
+# each worker brings up its own test clusters. MOSAIC_TEST_WORKERS=0 runs in one process.
+workers=${MOSAIC_TEST_WORKERS:-3}
 if [ "$fast" = 1 ]; then
     HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-fast} exec .venv/bin/python -m pytest -q \
-        -m "not live and not jobs and not slow" -p no:cacheprovider "$@"
+        -n "${MOSAIC_TEST_WORKERS:-2}" -m "not live and not jobs and not slow" -p no:cacheprovider "$@"
 fi
-HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci} .venv/bin/python -m pytest "$@"
+HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci} exec .venv/bin/python -m pytest -n "$workers" "$@"

@@ -248,6 +248,8 @@ def _make_job(*values: Any) -> Job:
 
 
 ProgressCallback = Callable[[float, int, int], None]
+RoundCallback = Callable[[float, RoundPlan], None]
+"""Called with each round's time and plan (``mosaic sim --record-rounds`` keeps them)."""
 
 
 class Simulator:
@@ -262,6 +264,7 @@ class Simulator:
         profiles: ProfileStore | None = None,
         clock: Clock | None = None,
         on_progress: ProgressCallback | None = None,
+        on_round: RoundCallback | None = None,
     ) -> None:
         if not nodes:
             raise ConfigError("the cluster has no nodes")
@@ -271,6 +274,7 @@ class Simulator:
         self.profiles = profiles or ProfileStore.builtin()
         self.clock = clock
         self.on_progress = on_progress
+        self.on_round = on_round
         self.jobs = [_SimJob(t) for t in sorted(trace, key=lambda t: t.submit_time_s)]
         seen: set[str] = set()
         for job in self.jobs:
@@ -329,6 +333,8 @@ class Simulator:
                     break
                 continue
             plan = self._plan(t)
+            if self.on_round is not None:
+                self.on_round(t, plan)
             self._apply(plan, t)
             running = len(self._running_jobs())
             if running == 0 and math.isinf(upcoming):

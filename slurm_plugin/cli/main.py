@@ -14,6 +14,7 @@ from slurm_plugin.cli import (
     controller_cmd,
     demo_cmd,
     emulate_cmd,
+    explain_cmd,
     info_cmd,
     perfmodel_cmd,
     plan_cmd,
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     controller_cmd.add_parsers(sub, common)
     emulate_cmd.add_parser(sub, common)
     report_cmd.add_parser(sub, common)
+    explain_cmd.add_parser(sub, common)
     demo_cmd.add_parser(sub, common)
     perfmodel_cmd.add_parser(sub, common)
     profile_cmd.add_parser(sub, common)

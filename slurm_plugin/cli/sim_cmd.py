@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from planner.cluster import cluster_from_toml
+from planner.codec import round_plan_to_json
 from planner.config import build_scheduler
 from planner.errors import InputError
+from planner.explain import ROUNDS_FILE, rounds_header
 from planner.metrics import CLASS_KEYS, SUMMARY_KEYS, jobs_csv, tenant_summary
+from planner.model import RoundPlan
 from planner.sim import SimConfig, Simulator
 from planner.sim.feasibility import describe, never_startable
 from planner.traces import parse_trace
@@ -70,6 +73,11 @@ def add_parser(
     )
     p.add_argument("--json", action="store_true", help="also print summary.json on stdout")
     p.add_argument("--no-plot", action="store_true", help="do not write plot.png")
+    p.add_argument(
+        "--record-rounds",
+        action="store_true",
+        help="also write rounds.jsonl: every round's plan, for mosaic explain JOB --run DIR",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_scheduler_args(p, default_preset="mosaic")
     p.set_defaults(run=run)
@@ -112,6 +120,16 @@ def run(args: argparse.Namespace) -> int:
         bar.set_postfix_str(f"t={sim_time_s / 3600:.1f}h", refresh=False)
         bar.refresh()
 
+    recorded: list[str] = []
+    if args.record_rounds:
+        recorded.append(json.dumps(rounds_header(nodes, trace, config), sort_keys=True))
+
+    def record(sim_time_s: float, plan: RoundPlan) -> None:
+        doc = round_plan_to_json(plan)
+        for key in ("decision_time_s", "stage_times_s"):
+            doc.pop(key, None)  # wall-clock noise: the record says what was decided
+        recorded.append(json.dumps({"round": len(recorded), "time_s": sim_time_s, "plan": doc}))
+
     started = time.perf_counter()
     simulator = Simulator(
         nodes,
@@ -121,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
         profiles=profiles,
         clock=time.perf_counter,
         on_progress=progress if bar is not None else None,
+        on_round=record if args.record_rounds else None,
     )
     result = simulator.run()
     wall = time.perf_counter() - started
@@ -144,6 +163,8 @@ def run(args: argparse.Namespace) -> int:
         summary["tenants"] = tenant_summary(result.records, summary.get("makespan_s"), quotas)
     write_json(out / "summary.json", summary)
     write_atomic(out / "jobs.csv", jobs_csv(result.records, simulator.total_gpus))
+    if args.record_rounds:
+        write_atomic(out / ROUNDS_FILE, "\n".join(recorded) + "\n")
     if not args.no_plot:
         write_sim_plot(result, out / "plot.png", f"{scheduler.name} on {cluster_name}", simulator.total_gpus)
     if args.json:
@@ -153,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"wrote {out / 'summary.json'}, {out / 'jobs.csv'}"
             + ("" if args.no_plot else f", {out / 'plot.png'}")
+            + (f", {out / ROUNDS_FILE}" if args.record_rounds else "")
         )
     return 0
 

@@ -21,7 +21,8 @@ job on an a100 node and Synergy-Tune gives it more CPUs than the node's GPU-prop
 node's other GPUs are idle); Crius's Cell search moves the torch job to the other a100 node and
 grows it to 4 GPUs with the 4-a100 Cell's plan (dp 4 x micro-batch 64). ``mosaic-run`` resumes the
 torch job at the step after its checkpoint and every loss equals an uninterrupted 1-rank run's
-(1e-4 relative). The next tick changes nothing.
+(1e-4 relative). The next tick changes nothing. ``mosaic explain`` says why the resnet18 job
+waited (no capacity, no free GPU of any type) and that the torch job grew and moved to a100.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import pytest
 from planner.config import build_scheduler, preset
 from planner.execplan import plan_from_mapping
 from slurm_plugin import planfile
+from slurm_plugin.cli.main import main
 from slurm_plugin.controller.loop import Controller, TickReport
 from slurm_plugin.slurm.backend import CliSlurm
 from slurm_plugin.slurm.parse import SlurmJob
@@ -96,7 +98,7 @@ def _cpu_job(directory: Path) -> Path:
 
 
 def test_one_mosaic_round_moves_a_job_to_another_gpu_type_and_gives_a_cpu_sensitive_job_more_cpus(
-    hetero: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    hetero: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     config = config_for(hetero, tmp_path / "spool")
@@ -106,6 +108,12 @@ def test_one_mosaic_round_moves_a_job_to_another_gpu_type_and_gives_a_cpu_sensit
     scheduler = build_scheduler(replace(base, options=options))
     client = CliSlurm(config.slurm_env, timeout_s=config.command_timeout_s)
     ctl = Controller(client, Store(config.store_path), config, scheduler)
+
+    def mosaic_explain(job_id: str) -> str:
+        """``mosaic explain JOB`` on the live cluster, as an operator runs it."""
+        live = ["--spool", str(config.spool_dir), "--slurm-conf", str(config.slurm_conf)]
+        assert main(["explain", job_id, *live]) == 0
+        return capsys.readouterr().out
 
     def running(job_id: str) -> SlurmJob | None:
         sj = jobs(config).get(job_id)
@@ -151,6 +159,9 @@ def test_one_mosaic_round_moves_a_job_to_another_gpu_type_and_gives_a_cpu_sensit
     cpu = submit_job(config, _cpu_job(tmp_path))
     assert actions(ctl.tick()) == set()  # nothing is free
     assert jobs(config)[cpu].state == "PENDING"
+    why = mosaic_explain(cpu)
+    assert "why it waits: no-capacity: not enough free GPUs after the jobs ahead of it" in why, why
+    assert "it needs 1 GPUs of any type; free after the last round: a100 0, v100 0" in why, why
 
     # Rubick §5.3's rule in the ordering: a running job may restart once it has trained
     # 1 / 0.03 = 33x the charged cost (17 s here); make sure before the a100s free up.
@@ -175,6 +186,9 @@ def test_one_mosaic_round_moves_a_job_to_another_gpu_type_and_gives_a_cpu_sensit
     wait_for("3 steps on 4 a100" + explain(), lambda: world_sizes()[-3:] == [4, 4, 4], 120)
 
     assert actions(ctl.tick()) == set()  # re-planning the applied round changes nothing
+    history = mosaic_explain(job)
+    assert "grown 2 -> 4 GPUs; moved v100 -> a100" in history, history
+    assert f"given:     4 a100 GPUs ({sj.nodes[0]}:4)" in history, history
 
     wait_for("the job to finish" + explain(), lambda: len(losses(log)) >= STEPS and not running(job), 180)
     records = losses(log)

@@ -17,12 +17,16 @@ best plan there, and places the guaranteed job on the 2 GPUs it gave up:
 checkpoint and resumes it on 2 ranks at the next step with the new plan; the job completes, and
 every step's loss equals an uninterrupted DeepSpeed run's (1e-4 relative). The jobs run the
 small model of ``contrib/examples/train_deepspeed.py``; the model name is what Rubick prices.
+Under ``mosaic``, ``mosaic explain`` says the job was shrunk for the guaranteed job, and that a
+second guaranteed job of ``prod`` waits as best-effort beyond its tenant's quota.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,6 +36,7 @@ import pytest
 from planner.config import Tenant, build_scheduler, preset
 from planner.execplan import ExecPlan, plan_from_mapping
 from slurm_plugin import planfile
+from slurm_plugin.cli.main import main
 from slurm_plugin.controller.loop import Controller
 from slurm_plugin.slurm.backend import CliSlurm
 from slurm_plugin.store import Store
@@ -119,7 +124,7 @@ def _shape(plan: ExecPlan) -> tuple[int, int, bool, int, int]:
     [*(("rubick", name) for name in sorted(CASES)), ("mosaic", "accumulation")],
 )
 def test_the_controller_shrinks_a_running_deepspeed_job_for_a_guaranteed_job_with_a_new_plan(
-    scheduler_name, name, live, tmp_path, monkeypatch
+    scheduler_name, name, live, tmp_path, monkeypatch, capsys
 ):
     case = CASES[name]
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
@@ -173,6 +178,8 @@ def test_the_controller_shrinks_a_running_deepspeed_job_for_a_guaranteed_job_wit
     assert second.global_batch == first.global_batch == case.batch
     sj = jobs(config)
     assert len(set(sj[job].nodes)) == 1 and set(sj[guest].nodes) == set(sj[job].nodes), (sj[guest], sj[job])
+    if scheduler_name == "mosaic":
+        _explained(config, tmp_path, job, guest, ctl, capsys)
 
     wait_for("the job to finish" + explain(), lambda: _finished(config, job, log), START_S)
     records = losses(log)
@@ -196,6 +203,42 @@ def test_the_controller_shrinks_a_running_deepspeed_job_for_a_guaranteed_job_wit
     )
     for r in records:
         assert math.isclose(r["loss"], reference[r["step"]], rel_tol=TOLERANCE), (r, reference[r["step"]])
+
+
+def _explained(config, tmp_path: Path, job: str, guest: str, ctl: Controller, capsys) -> None:
+    """``mosaic explain`` on the shrunk job, and on a second guaranteed job of ``prod`` that its
+    tenant's quota (2 GPUs, held by the first) cannot take: it waits as best-effort."""
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(
+        '[[tenants]]\nname = "prod"\ngpu_quota = 2\n\n[[tenants]]\nname = "other"\ngpu_quota = 12\n'
+    )
+    live = [
+        "--config",
+        str(tenants),
+        "--spool",
+        str(config.spool_dir),
+        "--slurm-conf",
+        str(config.slurm_conf),
+    ]
+
+    def explain(job_id: str) -> str:
+        assert main(["explain", job_id, *live]) == 0
+        return capsys.readouterr().out
+
+    shrunk = explain(job)
+    assert "shrunk 4 -> 2 GPUs" in shrunk and f"for job {guest} (tenant prod, guaranteed)" in shrunk, shrunk
+    late = submit_job(
+        config, write_script(tmp_path, "late", 2, duration_s=36000, directives="--tenant prod --guaranteed")
+    )
+    tick = ctl.tick()
+    assert tick.ok and tick.actions == [], tick.to_json()
+    waits = explain(late)
+    assert "why it waits: no-capacity" in waits, waits
+    assert (
+        "tenant prod: its guaranteed jobs hold 2 of its 2-GPU quota; "
+        "this job's guarantee does not fit what is left, so it waits as best-effort"
+    ) in waits, waits
+    subprocess.run(["scancel", late], env={**os.environ, **config.slurm_env}, check=True)
 
 
 def _finished(config, job: str, log: Path) -> bool:

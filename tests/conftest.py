@@ -108,9 +108,12 @@ JOB_MODULES = frozenset(
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark what is slow for ``contrib/test.sh --fast``: tests on the live cluster, tests
-    that run real training processes, and the long simulations (``slow``)."""
+    that run real training processes, and the long simulations (``slow``); run those first."""
     for item in items:
         if LIVE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.live)
         if item.path.stem in JOB_MODULES:
             item.add_marker(pytest.mark.jobs)
+    # The long tests first (each file's order kept): on several workers (contrib/test.sh) the
+    # quick pure tests then fill the gaps instead of one worker running the live ones last.
+    items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in ("live", "jobs", "slow")))

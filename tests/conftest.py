@@ -29,18 +29,22 @@ settings.register_profile("fast", max_examples=15, deadline=None, derandomize=Tr
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
+_ROOT_LEVEL = logging.getLogger().level  # before any test ran
+
+
 @pytest.fixture(autouse=True)
 def _root_logger_restored() -> Iterator[None]:
     """The CLI's ``main`` configures the root logger (``basicConfig(force=True)``: its own
     stderr handler, level ERROR under ``-q``); without this, a later test's log capture
-    depends on which test ran first. pytest's own capture handlers come and go per phase."""
-    root = logging.getLogger()
-    level, before = root.level, set(root.handlers)
+    depends on which test ran first. The level goes back to what it was before any test (a
+    module-scoped fixture may have called ``main`` before this fixture's setup); pytest's own
+    capture handlers come and go per phase and are left alone."""
     yield
+    root = logging.getLogger()
     for handler in list(root.handlers):
-        if handler not in before and not type(handler).__module__.startswith("_pytest"):
+        if not type(handler).__module__.startswith("_pytest"):
             root.removeHandler(handler)
-    root.setLevel(level)
+    root.setLevel(_ROOT_LEVEL)
 
 
 def why_no_slurm() -> str | None:

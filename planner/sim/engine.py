@@ -51,6 +51,9 @@ class SimConfig:
     round_s: float = 360.0
     checkpoint_s: float = 10.0
     relaunch_s: float = 20.0
+    # A cost at a job's first start too (0: a first start is free). Rubick's artifact
+    # simulator charges its 260 s restart at every placement, the first included.
+    launch_s: float = 0.0
     trigger: str = "round"
     horizon_s: float | None = None
     check_invariants: bool = True
@@ -61,8 +64,8 @@ class SimConfig:
     def __post_init__(self) -> None:
         if not self.round_s > 0:
             raise ConfigError(f"round_s must be > 0, got {self.round_s}")
-        if self.checkpoint_s < 0 or self.relaunch_s < 0:
-            raise ConfigError("checkpoint_s and relaunch_s must be >= 0")
+        if self.checkpoint_s < 0 or self.relaunch_s < 0 or self.launch_s < 0:
+            raise ConfigError("checkpoint_s, relaunch_s and launch_s must be >= 0")
         if self.trigger not in TRIGGERS:
             raise ConfigError(f"trigger must be one of {', '.join(TRIGGERS)}, got {self.trigger!r}")
         if self.horizon_s is not None and self.horizon_s <= 0:
@@ -429,7 +432,7 @@ class Simulator:
             change = classify(job.assignment, assignment, ran_before=job.start_time_s is not None)
             if change is Change.START:
                 job.start_time_s = t
-                job.overhead_left_s = 0.0
+                job.overhead_left_s = self.config.launch_s
             elif change.restart:
                 job.restarts += 1
                 job.overhead_left_s = restart

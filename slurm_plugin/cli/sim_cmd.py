@@ -55,6 +55,12 @@ def add_parser(
     p.add_argument("--checkpoint-s", type=float, default=10.0, help="checkpoint cost per restart (s)")
     p.add_argument("--relaunch-s", type=float, default=20.0, help="relaunch cost per restart (s)")
     p.add_argument(
+        "--launch-s",
+        type=float,
+        default=0.0,
+        help="cost at a job's first start (s; default 0, Rubick's artifact simulator: 260)",
+    )
+    p.add_argument(
         "--trigger",
         choices=("round", "event"),
         default=None,
@@ -101,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         round_s=args.round_s,
         checkpoint_s=args.checkpoint_s,
         relaunch_s=args.relaunch_s,
+        launch_s=args.launch_s,
         trigger=args.trigger or config.trigger,
         horizon_s=args.horizon_s,
     )

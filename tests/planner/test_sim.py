@@ -34,6 +34,15 @@ def test_a_lone_job_finishes_after_its_duration_inside_a_round():
     assert s["avg_ftf"] == pytest.approx(1.0)
 
 
+def test_a_first_start_costs_launch_s_and_is_no_restart():
+    # Rubick's artifact simulator charges its restart cost at a job's first placement too.
+    result = run([trace_job("a", submit=0, gpus=2, duration=1000)], launch_s=260)
+    a = record(result, "a")
+    assert (a.start_time_s, a.finish_time_s, a.restarts) == (0, 1260, 0)
+    with pytest.raises(ConfigError):
+        SimConfig(launch_s=-1)
+
+
 def test_arrivals_wait_for_the_next_round_unless_planning_is_event_driven():
     trace = [trace_job("a", 0, 4, 100), trace_job("b", 50, 1, 100)]
     rounds = run(trace, round_s=360)

@@ -1,4 +1,4 @@
-"""Cluster descriptions: the ``[[nodes]]`` TOML format (README.md "Cluster TOML").
+"""Cluster descriptions: the ``[[nodes]]`` TOML format (docs/reference.md "Cluster TOML").
 
 .. code-block:: toml
 

@@ -1,6 +1,6 @@
 """JSON form of snapshots, assignments and round plans.
 
-The contract is README.md's "Snapshot and RoundPlan JSON".
+The contract is docs/reference.md's "Snapshot and RoundPlan JSON".
 
 ``snapshot_from_json`` validates untrusted input: unknown keys are ignored (so a newer
 controller can add fields), missing required keys and wrong types are errors naming

@@ -2,7 +2,7 @@
 
 A configuration names one component per stage and carries options per stage (for
 whichever component fills it). It comes from a preset (the compared systems of
-README.md "Presets"), optionally overridden field by field (CLI flags, or a ``[scheduler]`` TOML
+docs/choosing-a-scheduler.md), optionally overridden field by field (CLI flags, or a ``[scheduler]`` TOML
 table):
 
 .. code-block:: toml

@@ -1,6 +1,6 @@
 """Cluster and job metrics: one implementation for the simulator and for sacct reports.
 
-Definitions (README.md "Metric definitions"):
+Definitions:
 
 * JCT = finish - submit; queueing delay = first start - submit;
 * makespan = last finish - first submit (or end of observation - first submit while
@@ -163,7 +163,7 @@ def summarize(
     end_time_s: float | None = None,
     quotas: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """The summary keys of README.md "mosaic sim" (plus ``unfinished`` and ``preemptions``),
+    """The summary keys of docs/reference.md "mosaic sim" (plus ``unfinished`` and ``preemptions``),
     then :data:`CLASS_KEYS`, :data:`DEADLINE_KEYS` and ``tenants`` (:func:`tenant_summary`;
     ``quotas``: GPU quota per tenant name).
 

@@ -291,7 +291,7 @@ class Snapshot:
 class Outcome(StrEnum):
     """Why a job is (or is not) in this round's assignments.
 
-    ``Unschedulable`` outcomes are data, not errors (STYLE.md): the job waits.
+    ``Unschedulable`` outcomes are data, not errors: the job waits.
     """
 
     KEPT = "kept"  # runs on exactly the GPUs it had

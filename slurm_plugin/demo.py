@@ -108,7 +108,7 @@ def bundled_trace(name: str = "demo") -> list[TraceJob]:
 
 
 def load_trace(spec: str) -> list[TraceJob]:
-    """A named bundled trace (``demo``, ``fidelity24``) or a trace CSV file (README.md "Trace CSV")."""
+    """A named bundled trace (``demo``, ``fidelity24``) or a trace CSV (docs/reference.md "Trace CSV")."""
     if spec in NAMED_TRACES:
         return bundled_trace(spec)
     path = Path(spec)

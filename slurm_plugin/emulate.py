@@ -48,7 +48,7 @@ from wrapper.atomic import write_atomic  # imports nothing heavy either
 # The job side imports nothing heavy (no planner, numpy or scipy): it starts in a tenth
 # of a second, so a checkpoint signal rarely finds it without its handler, and the
 # emulated run time is not stretched by start-up. The file names are the plan-file
-# protocol's (:mod:`slurm_plugin.planfile`; README "Status directory").
+# protocol's (:mod:`slurm_plugin.planfile`; docs/user-guide.md "Status directory").
 HEARTBEATS = "heartbeat.jsonl"
 CHECKPOINT_MARKER = "checkpoint.json"
 

@@ -1,4 +1,4 @@
-"""planner/ and profiles/ stay pure (STYLE.md "Boundaries"), checked by reading their sources."""
+"""planner/ and profiles/ stay pure (README.md "Layout"), checked by reading their sources."""
 
 import ast
 from pathlib import Path

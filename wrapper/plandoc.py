@@ -8,8 +8,8 @@ One document per job, written by the controller (:mod:`slurm_plugin.planfile`) a
                     "plan": {"zero_stage": 2, "global_batch": 64}, "shares_with": []}}
 
 ``version`` grows by one with every write for the job, so a job can tell a new plan from
-the one it started with; ``assignment`` is the RoundPlan assignment (README, "Snapshot and
-RoundPlan JSON") and its ``plan`` an execution plan (:mod:`planner.execplan`).
+the one it started with; ``assignment`` is the RoundPlan assignment (docs/reference.md,
+"Snapshot and RoundPlan JSON") and its ``plan`` an execution plan (:mod:`planner.execplan`).
 """
 
 from __future__ import annotations

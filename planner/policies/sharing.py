@@ -24,7 +24,7 @@ The new job's micro-batch and accumulation steps go into its plan
 is unchanged, §IV-A4); the running job's plan never changes. Jobs that are
 ``guaranteed`` or have a deadline never share (as in Tesserae's packing).
 
-On the live path a shared GPU is a Slurm GRES ``shard`` (README.md "Sharing GPUs on the live path"):
+On the live path a shared GPU is a Slurm GRES ``shard`` (docs/user-guide.md "Sharing GPUs"):
 ``shares_with`` in both jobs' assignments says which GPUs are shared.
 """
 

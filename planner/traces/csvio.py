@@ -1,4 +1,4 @@
-"""The trace CSV format (README.md "Trace CSV").
+"""The trace CSV format (docs/reference.md "Trace CSV").
 
 Required columns: ``job_id,submit_time_s,num_gpus,duration_s,model``. Optional:
 ``batch_size, iterations, gpu_type, tenant, guaranteed, deadline_s, time_limit_s, plan,

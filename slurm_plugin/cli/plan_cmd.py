@@ -22,7 +22,7 @@ def add_parser(
         "plan",
         parents=[common],
         help="plan one round for a snapshot (dry run) and print the RoundPlan JSON",
-        description="Reads a Snapshot (README.md, 'Snapshot and RoundPlan JSON'; '-' for stdin) and "
+        description="Reads a Snapshot (docs/reference.md, 'Snapshot and RoundPlan JSON'; '-' for stdin) and "
         "prints the RoundPlan "
         "the scheduler would apply. decision_time_s is the planner's own time.",
     )

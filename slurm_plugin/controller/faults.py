@@ -2,7 +2,7 @@
 
 A controller can die anywhere (the OOM killer, a reboot, ``kill -9``): the next tick must
 find every job where a restarted controller can finish or undo what the dead one began
-(README, "A tick": a round left half-applied is completed). To prove that at every step,
+(docs/admin-guide.md, "A tick": a round left half-applied is completed). To prove that at every step,
 the controller calls :func:`crash_point` with a name from :data:`CRASH_POINTS` at each
 boundary of a round: between the Slurm commands of an action, between an action and its
 record in the state store, and inside the store's transactions before they commit.

@@ -1,7 +1,7 @@
 """Prometheus text-format metrics, rewritten atomically after every tick.
 
 Point node_exporter's textfile collector (or any scraper of files) at the file. What it
-holds (README, "Metrics"; ``contrib/grafana/mosaic-dashboard.json`` charts them):
+holds (docs/admin-guide.md, "Metrics"; ``contrib/grafana/mosaic-dashboard.json`` charts them):
 
 * the ticks (``mosaic_ticks_total``, ``mosaic_tick_failures_total``, ``mosaic_last_tick_*``)
   and the last round (``mosaic_managed_jobs``, ``mosaic_round_actions``,

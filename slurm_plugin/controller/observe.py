@@ -261,7 +261,7 @@ def sharing_notice(scheduler: str, nodes: Sequence[SlurmNode], partitions: Seque
         )
     return (
         f"scheduler {scheduler} shares GPUs but the managed nodes offer no gres/shard "
-        "(GresTypes=gpu,shard; README 'Sharing GPUs on the live path'): a job planned onto a shared "
+        "(GresTypes=gpu,shard; docs/user-guide.md 'Sharing GPUs'): a job planned onto a shared "
         "GPU is refused with the reason and waits"
     )
 

@@ -115,8 +115,8 @@ def diff(obs: Observation, assignments: Mapping[str, Assignment], round_id: int)
 def wanted_shards(a: Assignment, whole_gpu: int) -> int:
     """The ``gres/shard`` count per node a shard job gets for ``a`` (pure).
 
-    On a shard cluster every job of a packing preset runs on shards (README, "Sharing
-    GPUs on the live path"): alone on its GPU it holds all of them (``whole_gpu``, so
+    On a shard cluster every job of a packing preset runs on shards (docs/user-guide.md,
+    "Sharing GPUs"): alone on its GPU it holds all of them (``whole_gpu``, so
     Slurm can put nothing beside it), sharing it holds one, so two partners fill the GPU
     (SJF-BSBF §IV: at most two jobs per GPU). A job without shards (``whole_gpu`` 0)
     gets none.

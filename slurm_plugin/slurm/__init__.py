@@ -1,4 +1,4 @@
-"""Slurm in three layers (STYLE.md): pure argv builders (:mod:`.commands`), pure parsers
+"""Slurm in three layers: pure argv builders (:mod:`.commands`), pure parsers
 of Slurm's output (:mod:`.parse`), and one :func:`.runner.run` that executes a command
 with a timeout, kills its process group on expiry and raises an error carrying the argv,
 exit code and stderr. :mod:`.backend` puts them behind a small protocol.

@@ -4,7 +4,7 @@ The local test cluster (``slurm_plugin/testcluster``: four fake 4-GPU nodes on t
 runs a batch job whose script is ``exec mosaic-run ...``. Its plan file says 2 GPUs on n1;
 ``scancel --batch --signal=USR1`` reaches mosaic-run, which forwards it through srun to both
 ranks; they checkpoint and the job ends. Then the controller's relaunch sequence
-(the controller's fast relaunch, README "A tick"): ``requeuehold``, ``update StartTime=now Gres=gpu:4
+(the fast relaunch, docs/admin-guide.md "A tick"): ``requeuehold``, ``update StartTime=now Gres=gpu:4
 NumCPUs=8``, a new plan file version for 4 GPUs, ``release`` (not within the second the
 first run ended in: ``actuate.CREDENTIAL_MARGIN_S``). The job comes back, mosaic-run
 starts 4 ranks with srun and resumes at the next step, the output file keeps both runs

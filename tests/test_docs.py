@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurm_plugin.cli.main import build_parser
+from slurm_plugin.directives import parse_directives
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -120,6 +121,36 @@ def test_the_check_finds_a_flag_that_does_not_exist() -> None:
     assert unknown_flags("mosaic sim --out d | tee log --x") == []
     text = "```bash\nmosaic status --json --nope \\\n    --rounds 3\n```\n"
     assert [unknown_flags(c) for _, c in shell_lines(text)] == [["mosaic status --nope"]]
+
+
+def shell_blocks(text: str) -> list[tuple[int, str]]:
+    """(first line number, text) of every bash/sh fence."""
+    out: list[tuple[int, str]] = []
+    lang: str | None = None
+    lines: list[str] = []
+    start = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        fence = FENCE.match(line.strip())
+        if fence and lang is None:
+            lang, lines, start = fence.group(1).lower(), [], number + 1
+        elif fence:
+            if lang in ("bash", "sh"):
+                out.append((start, "\n".join(lines) + "\n"))
+            lang = None
+        elif lang is not None:
+            lines.append(line)
+    return out
+
+
+def test_every_mosaic_directive_in_the_docs_parses() -> None:
+    """A job script a doc shows has ``#MOSAIC`` directives that ``mosaic submit`` accepts."""
+    checked = 0
+    for doc in DOCS:
+        for start, block in shell_blocks(doc.read_text()):
+            if "#MOSAIC" in block:
+                parse_directives(block, f"{doc.relative_to(ROOT)}:{start}")  # raises on a bad one
+                checked += 1
+    assert checked >= 2
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda d: str(d.relative_to(ROOT)))

@@ -1,14 +1,20 @@
-"""Small helpers shared by the policies (ordering keys, options, consolidated GPU choice)."""
+"""Small helpers shared by the policies (ordering keys, options).
+
+The consolidated GPU choice lives in :mod:`planner.slots` (re-exported here for the stages
+that import it from this module)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from planner.errors import ConfigError
 from planner.fields import Fields
-from planner.model import GpuSlot, Job, Snapshot
+from planner.model import Job
+from planner.slots import consolidated_slots
+
+__all__ = ["arrival_key", "choice", "consolidated_slots", "id_key", "options_reader", "remaining_estimate_s"]
 
 
 def id_key(job_id: str) -> tuple[int, int, str]:
@@ -49,33 +55,3 @@ def choice(f: Fields, key: str, allowed: tuple[str, ...], default: str) -> str:
     if value not in allowed:
         f.fail_key(key, f"expected one of {', '.join(allowed)}, got {value!r}")
     return value
-
-
-def consolidated_slots(
-    snapshot: Snapshot, job: Job, count: int, free: Mapping[str, Sequence[int]]
-) -> tuple[GpuSlot, ...] | None:
-    """``count`` of the ``free`` GPUs (per node) for ``job``: on one node (best fit), else on the
-    fewest nodes of one type accepted by the job, the same count on each; ``None`` if neither.
-
-    The joint-allocation stages' consolidation rule (Tesserae §4.1's: a job that fits a node
-    never spans nodes, and a spread job has an equal share on each of its nodes).
-    """
-    nodes = [n for n in snapshot.nodes if job.accepts_type(n.gpu_type)]
-    fits = sorted((len(free[n.name]), n.name) for n in nodes if len(free[n.name]) >= count)
-    if fits:
-        name = fits[0][1]
-        return tuple((name, k) for k in free[name][:count])
-    for spread in range(2, len(nodes) + 1):
-        if count % spread:
-            continue
-        per = count // spread
-        by_type: dict[str, list[tuple[int, str]]] = {}
-        for n in nodes:
-            if len(free[n.name]) >= per:
-                by_type.setdefault(n.gpu_type, []).append((len(free[n.name]), n.name))
-        for gpu_type in sorted(by_type):
-            group = sorted(by_type[gpu_type])
-            if len(group) >= spread:
-                chosen = sorted(name for _, name in group[:spread])
-                return tuple((name, k) for name in chosen for k in free[name][:per])
-    return None

@@ -32,9 +32,10 @@ from typing import Any, Self
 
 from planner.execplan import PlanError, plan_from_mapping, plan_to_mapping, replan
 from planner.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
-from planner.policies.common import consolidated_slots, options_reader
+from planner.policies.common import options_reader
 from planner.policies.shaping import proportional_share
 from planner.registry import StageContext
+from planner.slots import FreeSlots, consolidated_slots
 from planner.stages import RECONFIGURATIONS, Draft
 from profiles.scaling import ScalingModel
 
@@ -42,30 +43,13 @@ from profiles.scaling import ScalingModel
 _NEVER = frozenset({Outcome.INFEASIBLE, Outcome.NO_GPU_TYPE})
 
 
-@dataclass
-class _Free:
-    """Free GPUs, CPUs and memory per node while the stage works (local, mutable)."""
+class _Free(FreeSlots):
+    """Free GPUs per node (the shared :class:`~planner.slots.FreeSlots`) and the nodes, whose
+    CPUs and memory the stage checks, while the stage works (local, mutable)."""
 
-    gpus: dict[str, list[int]]
-    nodes: Mapping[str, Node]
-
-    @classmethod
-    def of(cls, snapshot: Snapshot, assignments: Mapping[str, Assignment]) -> _Free:
-        taken = {slot for a in assignments.values() for slot in a.gpus}
-        return cls(
-            {n.name: [k for k in range(n.gpus) if (n.name, k) not in taken] for n in snapshot.nodes},
-            snapshot.nodes_by_name,
-        )
-
-    def take(self, slots: Sequence[GpuSlot]) -> None:
-        taken = set(slots)
-        for name in {name for name, _ in slots}:
-            self.gpus[name] = [k for k in self.gpus[name] if (name, k) not in taken]
-
-    def give(self, slots: Sequence[GpuSlot]) -> None:
-        for name, k in slots:
-            self.gpus[name].append(k)
-            self.gpus[name].sort()
+    def __init__(self, snapshot: Snapshot, assignments: Mapping[str, Assignment]) -> None:
+        super().__init__(snapshot.nodes, (slot for a in assignments.values() for slot in a.gpus))
+        self.nodes: Mapping[str, Node] = snapshot.nodes_by_name
 
 
 @RECONFIGURATIONS.register("elastic")
@@ -93,7 +77,7 @@ class ElasticAllocation:
             return draft
         assignments = dict(draft.assignments)
         outcomes = dict(draft.outcomes)
-        free = _Free.of(snapshot, assignments)
+        free = _Free(snapshot, assignments)
         rank = {j.id: k for k, j in enumerate(ordered)}
         changed: set[str] = set()
         for job in ordered:

@@ -4,7 +4,7 @@ The consolidation rule is the pipeline's (README "Presets"): a job that fits one
 a type it accepts never spans nodes; a larger job spans the fewest nodes of one type, the
 same count on each. An elastic job (one that accepts other counts or types) may also be
 spread when no single node has room, as the joint-allocation stages do
-(:func:`planner.policies.common.consolidated_slots`).
+(:func:`planner.slots.consolidated_slots`).
 """
 
 from __future__ import annotations
@@ -14,33 +14,15 @@ from typing import Any
 
 from planner.execplan import PlanError, plan_from_mapping, plan_to_mapping, replan
 from planner.model import Assignment, GpuSlot, Job, Snapshot
+from planner.slots import FreeSlots
 
 
-class FreeGpus:
-    """Free GPU indices per node while a stage builds a round (local, mutable)."""
+class FreeGpus(FreeSlots):
+    """Free GPU indices per node while a stage builds a round: the shared
+    :class:`~planner.slots.FreeSlots` over a snapshot's nodes."""
 
     def __init__(self, snapshot: Snapshot, taken: Iterable[GpuSlot] = ()) -> None:
-        held = set(taken)
-        self.gpus: dict[str, list[int]] = {
-            n.name: [k for k in range(n.gpus) if (n.name, k) not in held] for n in snapshot.nodes
-        }
-
-    def has(self, slots: Iterable[GpuSlot]) -> bool:
-        return all(k in self.gpus.get(name, ()) for name, k in slots)
-
-    def take(self, slots: Sequence[GpuSlot]) -> None:
-        taken = set(slots)
-        for name in {name for name, _ in slots}:
-            self.gpus[name] = [k for k in self.gpus[name] if (name, k) not in taken]
-
-    def give(self, slots: Iterable[GpuSlot]) -> None:
-        for name, k in slots:
-            if k not in self.gpus[name]:
-                self.gpus[name].append(k)
-                self.gpus[name].sort()
-
-    def count(self, snapshot: Snapshot, gpu_type: str) -> int:
-        return sum(len(self.gpus[n.name]) for n in snapshot.nodes if n.gpu_type == gpu_type)
+        super().__init__(snapshot.nodes, taken)
 
 
 def cluster_types(snapshot: Snapshot) -> tuple[str, ...]:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from planner.model import GpuSlot, Job, Node
 from planner.policies.crius.cell import Cell, CellModel
+from planner.slots import free_gpus
 
 PerNode = tuple[tuple[str, int], ...]
 _EPS = 1e-9
@@ -211,8 +212,7 @@ class World:
 
     @classmethod
     def of(cls, nodes: Sequence[Node], taken: Iterable[GpuSlot]) -> World:
-        used = set(taken)
-        slots = {n.name: [k for k in range(n.gpus) if (n.name, k) not in used] for n in nodes}
+        slots = free_gpus(nodes, taken)
         by_type: dict[str, list[str]] = {}
         for n in nodes:
             by_type.setdefault(n.gpu_type, []).append(n.name)
@@ -286,7 +286,7 @@ def fit(
 
     One node when one has room (best fit: the fewest free GPUs that suffice, then name),
     else the fewest nodes with the same count on each (best fit again): the rule of
-    :func:`planner.policies.common.consolidated_slots`. ``extra`` adds GPUs per node that
+    :func:`planner.slots.consolidated_slots`. ``extra`` adds GPUs per node that
     may be taken too (an opportunistic job's, Crius §6.1).
     """
     if extra:

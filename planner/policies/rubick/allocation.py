@@ -55,12 +55,13 @@ from typing import Any, Self
 
 from planner.execplan import PlanError, plan_from_mapping, plan_to_mapping, replan
 from planner.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
-from planner.policies.common import consolidated_slots, options_reader
+from planner.policies.common import options_reader
 from planner.policies.elastic import keeps_its_gpus
 from planner.policies.rubick.curves import CurveBook, JobCurve, Point, even_nodes, job_curve, layout
 from planner.policies.rubick.policy import book_for, neutral_slope, privileged, quotas_of, rubick_usage
 from planner.policies.shaping import proportional_share
 from planner.registry import StageContext
+from planner.slots import FreeSlots, consolidated_slots
 from planner.stages import RECONFIGURATIONS, Draft
 
 _NEVER = frozenset({Outcome.INFEASIBLE, Outcome.NO_GPU_TYPE})
@@ -83,23 +84,12 @@ def may_reconfigure(job: Job, restart_cost_s: float, threshold: float = THRESHOL
     return (trained - (job.restarts + 1) * restart_cost_s) / trained > threshold
 
 
-class _Free:
-    """Free GPUs per node while the stage works (local, mutable)."""
+class _Free(FreeSlots):
+    """Free GPUs per node while the stage works (the shared :class:`~planner.slots.FreeSlots`;
+    its ``version`` tells the stage's no-fit cache when GPUs were given back)."""
 
     def __init__(self, snapshot: Snapshot, assignments: Mapping[str, Assignment]) -> None:
-        taken = {slot for a in assignments.values() for slot in a.gpus}
-        self.gpus = {n.name: [k for k in range(n.gpus) if (n.name, k) not in taken] for n in snapshot.nodes}
-        self.version = 0  # bumped whenever GPUs are given back
-
-    def take(self, slots: Sequence[GpuSlot]) -> None:
-        taken = set(slots)
-        for name in {name for name, _ in slots}:
-            self.gpus[name] = [k for k in self.gpus[name] if (name, k) not in taken]
-
-    def give(self, slots: Sequence[GpuSlot]) -> None:
-        self.version += 1
-        for name, k in slots:
-            self.gpus[name] = sorted([*self.gpus[name], k])
+        super().__init__(snapshot.nodes, (slot for a in assignments.values() for slot in a.gpus))
 
 
 @RECONFIGURATIONS.register("rubick")

@@ -1,6 +1,6 @@
 """Cluster and job metrics: one implementation for the simulator and for sacct reports.
 
-Definitions:
+Definitions (docs/reference.md, "Metric definitions"):
 
 * JCT = finish - submit; queueing delay = first start - submit;
 * makespan = last finish - first submit (or end of observation - first submit while

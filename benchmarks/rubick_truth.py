@@ -31,7 +31,9 @@ from profiles.store import ProfileStore
 ARTIFACT = {"rubick": 1.01, "synergy-tune": 1.90}
 
 
-def run(preset: str, launch_s: float, policy_restart_s: float | None = None) -> dict[str, Any]:
+def run(
+    preset: str, launch_s: float, policy_restart_s: float | None = None, preemptive: bool | None = None
+) -> dict[str, Any]:
     nodes = tuple(cluster_from_toml(CLUSTER.read_text()))
     trace = parse_trace((TRACES / "rubick_base.csv").read_text(), "rubick_base.csv")
     profiles = ProfileStore.builtin()
@@ -40,12 +42,15 @@ def run(preset: str, launch_s: float, policy_restart_s: float | None = None) -> 
     scheduler = PRESETS[preset]
     if policy_restart_s is not None:  # Rubick's δ told the simulator's restart cost
         scheduler = replace(scheduler, options={"reconfiguration": {"restart_cost_s": policy_restart_s}})
+    if preemptive is not None:  # the artifact's Morphling keeps running jobs where they are
+        scheduler = replace(scheduler, preemptive=preemptive)
     result = simulate(nodes, trace, build_scheduler(scheduler, profiles), config, profiles=profiles)
     s = result.summary
     row = {
         "preset": preset,
         "launch_s": launch_s,
         "policy_restart_s": policy_restart_s,
+        "preemptive": preemptive,
         "avg_jct_h": s["avg_jct_s"] / 3600.0,
         "makespan_h": s["makespan_s"] / 3600.0,
         "restarts": s["restarts"],
@@ -62,6 +67,7 @@ def main() -> None:
     rows = [run(p, launch) for p in presets for launch in (0.0, 260.0)]
     if "rubick" in presets:
         rows += [run("rubick", launch, 260.0) for launch in (0.0, 260.0)]
+        rows += [run("rubick", launch, preemptive=False) for launch in (0.0, 260.0)]
     write_result(
         "rubick_truth",
         {"command": "benchmarks/rubick_truth.py " + ",".join(presets), "rows": rows},

@@ -9,7 +9,8 @@ recorded as a round in the state store (a crash half-way is completed by the con
 next tick like any half-applied round).
 
 The target keeps the job on its node when the new GPU count fits there, else takes the
-node (or the fewest nodes, the same count on each) with the free GPUs, best fit first.
+node (or the fewest nodes of one GPU type, the same count on each) with the free GPUs, best
+fit first: the planner's rule, :func:`planner.slots.consolidated_slots`.
 CPUs and memory default to the GPU-proportional share (what the ``proportional`` shaping
 gives it next round, so the controller does not reshape it at once); the execution plan to
 the job's current one re-resolved for the new GPU count (``dp`` follows the GPUs).
@@ -27,6 +28,7 @@ from planner.errors import InputError
 from planner.execplan import plan_from_mapping, plan_to_mapping, replan, resolve
 from planner.model import Assignment, Job, JobState, Snapshot
 from planner.policies.shaping import proportional_share
+from planner.slots import consolidated_slots, free_gpus
 from slurm_plugin.controller.actuate import Actuator
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.loop import Observer
@@ -135,18 +137,17 @@ def _running_job(obs: Observation, job_id: str) -> Job:
 
 
 def _free_gpus(snapshot: Snapshot, job: Job) -> dict[str, list[int]]:
-    """Free GPU indices per node, counting this job's own GPUs as free."""
-    taken = {
-        slot
-        for j in snapshot.jobs
-        if j.id != job.id and j.assignment is not None
-        for slot in j.assignment.gpus
-    }
-    return {
-        n.name: [k for k in range(n.gpus) if (n.name, k) not in taken]
-        for n in snapshot.nodes
-        if job.accepts_type(n.gpu_type)
-    }
+    """Free GPU indices per node of a type the job accepts, counting this job's own GPUs as free."""
+    free = free_gpus(
+        snapshot.nodes,
+        (
+            slot
+            for j in snapshot.jobs
+            if j.id != job.id and j.assignment is not None
+            for slot in j.assignment.gpus
+        ),
+    )
+    return {n.name: free[n.name] for n in snapshot.nodes if job.accepts_type(n.gpu_type)}
 
 
 def _placement(snapshot: Snapshot, job: Job, gpus: int) -> tuple[tuple[str, int], ...]:
@@ -157,17 +158,16 @@ def _placement(snapshot: Snapshot, job: Job, gpus: int) -> tuple[tuple[str, int]
     if current and gpus % len(current) == 0 and all(len(free[n]) >= gpus // len(current) for n in current):
         per = gpus // len(current)
         return tuple((n, k) for n in current for k in free[n][:per])
-    # Else the fewest nodes with the same count each, best fit (least free left over) first.
-    for count in range(1, len(free) + 1):
-        if gpus % count:
-            continue
-        per = gpus // count
-        fits = sorted((len(ks) - per, name) for name, ks in free.items() if len(ks) >= per)
-        if len(fits) >= count:
-            chosen = sorted(name for _, name in fits[:count])
-            return tuple((n, k) for n in chosen for k in free[n][:per])
+    # Else the planner's rule: one node, best fit; else the fewest nodes of one GPU type, the
+    # same count on each (a job never spans two GPU types).
+    slots = consolidated_slots(snapshot, job, gpus, free)
+    if slots is not None:
+        return slots
     summary = ", ".join(f"{n}: {len(ks)}" for n, ks in free.items()) or "no usable node"
-    raise ResizeError(f"job {job.id}: {gpus} GPUs do not fit anywhere (free GPUs per node: {summary})")
+    raise ResizeError(
+        f"job {job.id}: {gpus} GPUs do not fit anywhere (free GPUs per node: {summary}); "
+        "a job spans nodes of one GPU type only"
+    )
 
 
 def _check_fits(snapshot: Snapshot, job: Job, target: Assignment) -> None:

@@ -45,6 +45,17 @@ def test_a_job_that_does_not_fit_its_node_takes_the_fewest_nodes_with_the_same_c
     assert r.target.per_node == (("n1", 2), ("n2", 2))
 
 
+def test_a_resize_never_spans_two_gpu_types():
+    # Job 1 accepts any type; n1 and n2 have 3 free GPUs each (job 1's own counted) but of
+    # two types now: 4 GPUs would need 2 + 2 across them, which the planner never gives.
+    obs = _obs()
+    nodes = tuple(replace(n, gpu_type="other") if n.name == "n2" else n for n in obs.snapshot.nodes)
+    obs = replace(obs, snapshot=replace(obs.snapshot, nodes=nodes))
+    with pytest.raises(ResizeError, match=r"4 GPUs do not fit anywhere .*one GPU type only"):
+        resize_target(obs, "1", 4)
+    assert resize_target(obs, "1", 3).target.per_node == (("n1", 3),)  # still fits its own node
+
+
 def test_the_plan_is_rescaled_for_the_new_count_keeping_the_global_batch():
     plan = {"dp": 2, "micro_batch": 4, "grad_accum": 2, "global_batch": 16}
     obs = _obs()

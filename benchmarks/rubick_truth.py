@@ -3,7 +3,8 @@
 Runs `rubick` and `synergy-tune` on the Rubick Base workload with 60 s rounds, a 260 s
 restart and no checkpoint cost, first as Mosaic charges restarts (a first start free),
 then with the artifact's rule that every placement, the first included, costs 260 s
-(``SimConfig.launch_s``). The artifact's own numbers (run separately, outside the repo,
+(``SimConfig.launch_s``); ``rubick`` also with the artifact's policy's δ and non-preemptive
+(its Morphling keeps running jobs). The artifact's own numbers (run separately, outside the repo,
 with its ``simulator/simulator.py workload-base.csv --policy morphling --interval 60``)
 are recorded beside them. Usage: ``.venv/bin/python benchmarks/rubick_truth.py``.
 """

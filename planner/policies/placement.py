@@ -50,6 +50,15 @@ class _Board:
     ``holder[i][k]`` is the priority rank (0 = highest) of the best-ranked running job
     not yet visited that holds GPU k of node i, or ``_OPEN``. When a job must displace
     running jobs, it takes the GPUs of the lowest-priority holders first.
+
+    Not built on :class:`planner.slots.FreeSlots` on purpose: the board starts from an empty
+    cluster and reserves every running job's GPUs (holder ranks, deferred reservations,
+    per-node stamps for cached searches), and it is indexed by node position with flat
+    per-GPU arrays, which the round's latency budget at thousands of GPUs needs
+    (benchmarks/plan_latency.py); a dict of free-index lists per node would cost that.
+    Its rule also differs from :func:`planner.slots.consolidated_slots`: the single-node best
+    fit is the same, but a job larger than a node spans the fewest nodes of one type taking
+    the fullest first (uneven counts; :func:`_fewest_nodes`), and it may displace running jobs.
     """
 
     def __init__(self, nodes: Sequence[Node]) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from planner.model import Assignment, GpuSlot, Job, Node
 from planner.policies.synergy.demand import PerGpu
+from planner.slots import free_gpus
 
 _EPS = 1e-9
 Counts = tuple[tuple[str, int], ...]  # GPUs per node, in node order
@@ -40,7 +41,11 @@ class Pool:
         self.by_name = {n.name: n for n in self.nodes}
         self.order = {n.name: i for i, n in enumerate(self.nodes)}
         self.gpu_types = frozenset(n.gpu_type for n in self.nodes)
-        self.free_gpus: dict[str, set[int]] = {n.name: set(range(n.gpus)) for n in self.nodes}
+        # Free GPUs from the shared core (planner.slots), kept as sets here: the pool's own
+        # rules differ from planner.slots.consolidated_slots (a spread job takes full servers
+        # first, uneven counts allowed, with CPUs and memory per GPU checked on each), so its
+        # choice (node_sets) and its reservations stay local.
+        self.free_gpus: dict[str, set[int]] = {name: set(ks) for name, ks in free_gpus(self.nodes).items()}
         self.free_cpus: dict[str, int] = {n.name: n.cpus for n in self.nodes}
         self.free_mem: dict[str, float] = {n.name: n.mem_gb for n in self.nodes}
         self.held: dict[str, Held] = {}

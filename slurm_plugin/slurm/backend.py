@@ -10,7 +10,8 @@ Slurm; it does not for Debian 12's 22.05.)
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Protocol
@@ -22,6 +23,11 @@ DETAIL_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED"})
 """States whose ``squeue --json`` record carries ``gres_detail`` (the GPU indices)."""
 
 DETAIL_CALLS_MAX = 32
+UPDATE_BUSY = "try again in a bit"
+"""What scontrol update says while a restarted slurmctld has not yet had a job's accounting
+index from slurmdbd ("Job update not available right now, the DB index is being set, try
+again in a bit"): the update is refused for seconds, then accepted."""
+UPDATE_BUSY_TRIES = 10  # one second apart
 """Running jobs not seen before read one by one with ``scontrol`` up to this many."""
 
 RunKey = tuple[str, float | None, tuple[str, ...]]
@@ -62,6 +68,7 @@ class CliSlurm:
         self.timeout_s = timeout_s
         self._indices: dict[RunKey, tuple[tuple[str, tuple[int, ...]], ...]] = {}
         self._parsed: dict[tuple[str, ...], parse.SlurmJob] = {}  # parse_squeue_text's reuse
+        self.sleep: Callable[[float], None] = time.sleep
 
     def _run(self, argv: list[str], extra_env: Mapping[str, str] | None = None) -> str:
         env = {**self.env, **(extra_env or {})}
@@ -117,7 +124,16 @@ class CliSlurm:
         return parse.parse_sinfo_json(self._run(commands.sinfo_json()))
 
     def update(self, job_ids: Sequence[str], fields: Mapping[str, str]) -> None:
-        self._run(commands.update_job(job_ids, fields))
+        """``scontrol update``; refused as busy (:data:`UPDATE_BUSY`), it is tried again up to
+        :data:`UPDATE_BUSY_TRIES` times: the same update, so trying again changes nothing else."""
+        for attempt in range(UPDATE_BUSY_TRIES):
+            try:
+                self._run(commands.update_job(job_ids, fields))
+                return
+            except SlurmCommandError as e:
+                if UPDATE_BUSY not in e.stderr or attempt == UPDATE_BUSY_TRIES - 1:
+                    raise
+                self.sleep(1.0)
 
     def requeue_hold(self, job_ids: Sequence[str]) -> None:
         self._run(commands.requeue_hold(job_ids))

@@ -31,6 +31,7 @@ from planner.errors import InputError
 from planner.fields import Fields, json_document
 from planner.model import Assignment, Node, Outcome, RoundPlan
 from planner.relaunch import Change, classify
+from planner.slots import free_by_type, free_gpus
 from planner.traces.records import TraceJob
 
 PRIVILEGED = "privileged"  # the Rubick and mosaic orderings' policy-state flag
@@ -319,14 +320,9 @@ def _waiting(
 
 
 def _free_by_type(plan: RoundPlan, nodes: Mapping[str, tuple[str, int]]) -> dict[str, int]:
-    held: dict[str, set[int]] = {}
-    for a in plan.assignments.values():
-        for node, k in a.gpus:
-            held.setdefault(node, set()).add(k)
-    free: dict[str, int] = {}
-    for name, (gpu_type, gpus) in sorted(nodes.items()):
-        free[gpu_type] = free.get(gpu_type, 0) + gpus - len(held.get(name, ()))
-    return free
+    cluster = [Node(name, gpus, gpu_type, 0, 0.0) for name, (gpu_type, gpus) in sorted(nodes.items())]
+    taken = [slot for a in plan.assignments.values() for slot in a.gpus]
+    return dict(sorted(free_by_type(cluster, free_gpus(cluster, taken)).items()))
 
 
 # -- a simulation's recorded rounds (mosaic sim --record-rounds) --------------------------------

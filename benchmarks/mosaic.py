@@ -66,6 +66,9 @@ CASES: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
 }
 MIX_PRESETS = ("rubick", "crius", "tesserae-t", "tiresias", "synergy-tune", "sjf-bsbf", "las")
 MIX_LOADS = {"mix-20": 20.0, "mix-40": 40.0}  # jobs per hour on 64 GPUs
+# The mixes are also drawn with these seeds (cases mix-20-s2, ...; no ablations): one seed's
+# ratio moves by several percent from draw to draw.
+MIX_SEEDS = (2, 3, 4)
 # mosaic without one mechanism each (sim flags), and with the sharing stage the default leaves out.
 ABLATIONS: dict[str, tuple[str, ...]] = {
     "no-guarantees": ("-o", "policy.guarantees=false"),
@@ -74,6 +77,8 @@ ABLATIONS: dict[str, tuple[str, ...]] = {
     "no-reconfiguration": ("--reconfig", "none"),
     "no-tune": ("--shaping", "proportional"),
     "no-relabelling": ("--migration", "none"),
+    "no-keep-in-place": ("-o", "reconfiguration.keep=false"),
+    "no-preemption-gap": ("-o", "policy.preemption_gap=0"),
     "with-sharing": ("--placement", "shared-consolidated", "--packing", "bsbf-rigid"),
 }
 
@@ -112,8 +117,8 @@ def trace_file(spec: str, workdir: Path) -> str:
     return str(out)
 
 
-def mix_files(rate: float, workdir: Path) -> tuple[str, str, str]:
-    """A 200-job mix at ``rate`` jobs/h (seed 1), its 64-GPU cluster and tenants' config."""
+def mix_files(rate: float, workdir: Path, seed: int = 1) -> tuple[str, str, str]:
+    """A 200-job mix at ``rate`` jobs/h, its 64-GPU cluster and tenants' config."""
     trace, cluster, config = workdir / "mix.csv", workdir / "mix.toml", workdir / "tenants.toml"
     cmd = [
         sys.executable,
@@ -126,7 +131,16 @@ def mix_files(rate: float, workdir: Path) -> tuple[str, str, str]:
         "--rate",
         str(rate),
     ]
-    cmd += ["--seed", "1", "--out", str(trace), "--cluster-out", str(cluster), "--config-out", str(config)]
+    cmd += [
+        "--seed",
+        str(seed),
+        "--out",
+        str(trace),
+        "--cluster-out",
+        str(cluster),
+        "--config-out",
+        str(config),
+    ]
     subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
     return str(trace), str(cluster), str(config)
 
@@ -146,7 +160,8 @@ def simulate(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cases", default=",".join([*CASES, *MIX_LOADS]))
+    seeded = [f"{case}-s{seed}" for case in MIX_LOADS for seed in MIX_SEEDS]
+    p.add_argument("--cases", default=",".join([*CASES, *MIX_LOADS, *seeded]))
     p.add_argument("--name", default="mosaic_papers")
     args = p.parse_args(argv)
     results: dict[str, Any] = {}
@@ -154,8 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         for case in args.cases.split(","):
             workdir = Path(tmp) / case
             workdir.mkdir()
-            if case in MIX_LOADS:
-                trace, cluster, config = mix_files(MIX_LOADS[case], workdir)
+            mix, seed = case.rsplit("-s", 1) if case.startswith("mix-") and "-s" in case else (case, "1")
+            if mix in MIX_LOADS:
+                trace, cluster, config = mix_files(MIX_LOADS[mix], workdir, int(seed))
                 flags: tuple[str, ...] = ("--config", config)
                 presets: tuple[str, ...] = MIX_PRESETS
             else:
@@ -166,10 +182,10 @@ def main(argv: list[str] | None = None) -> int:
                     tenants.write_text('[[tenants]]\nname = "tenant-a"\ngpu_quota = 64\n')
                     flags = (*flags, "--config", str(tenants))
             runs = {name: simulate(name, trace, cluster, flags, workdir) for name in ("mosaic", *presets)}
-            if case in MIX_LOADS:
+            if mix in MIX_LOADS:
                 done = [n for n in presets if runs[n]["finished"] == runs[n]["jobs"]]
                 presets = (min(done, key=lambda n: runs[n]["avg_jct_s"]), *presets)
-                for label, extra in ABLATIONS.items():
+                for label, extra in ABLATIONS.items() if case in MIX_LOADS else ():
                     runs[f"mosaic {label}"] = simulate(
                         "mosaic", trace, cluster, (*flags, *extra), workdir, label
                     )

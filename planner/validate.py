@@ -13,13 +13,32 @@ tests check random snapshots.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from planner.execplan import PlanError, plan_from_mapping, resolve
 from planner.model import Assignment, GpuSlot, Job, Node, RoundPlan, Snapshot
 
 MEM_TOLERANCE_GB = 1e-6
+
+
+def node_usage(assignments: Iterable[Assignment]) -> tuple[dict[str, int], dict[str, float]]:
+    """CPUs and memory (GB) the assignments hold on each node (:meth:`Assignment.node_shares`)."""
+    cpus: dict[str, int] = {}
+    mem: dict[str, float] = {}
+    for a in assignments:
+        for node, c, m in a.node_shares():
+            cpus[node] = cpus.get(node, 0) + c
+            mem[node] = mem.get(node, 0.0) + m
+    return cpus, mem
+
+
+def over_committed(nodes: Mapping[str, Node], assignments: Iterable[Assignment]) -> list[str]:
+    """The nodes whose CPUs or memory the assignments exceed, by name."""
+    cpus, mem = node_usage(assignments)
+    return [n for n in sorted(cpus) if cpus[n] > nodes[n].cpus or mem[n] > nodes[n].mem_gb + MEM_TOLERANCE_GB]
+
+
 LAYOUT_KEYS = ("dp", "tp", "pp")
 
 

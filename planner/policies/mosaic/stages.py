@@ -21,12 +21,14 @@ from typing import Any, ClassVar, Self
 from planner.model import Assignment, Job, JobState, Outcome, Snapshot
 from planner.policies.common import options_reader
 from planner.policies.crius.policy import CriusAllocation
+from planner.policies.keep import keep_in_place
 from planner.policies.mosaic.rules import cluster_types, crius_decides, shares_gpus
 from planner.policies.rubick.allocation import RubickAllocation
 from planner.policies.shaping import proportional_share
 from planner.policies.sharing import BestSharingBenefitFirst
 from planner.registry import StageContext
 from planner.stages import PACKINGS, RECONFIGURATIONS, SHAPINGS, Draft, Shaping
+from planner.validate import node_usage, over_committed
 
 
 @PACKINGS.register("bsbf-rigid")
@@ -64,15 +66,17 @@ class MosaicPacking:
 class MosaicReconfiguration:
     """Options: ``rubick`` (a table of the ``rubick`` stage's options), ``crius`` (of the
     ``crius`` stage's; ``scale`` is not allowed: ``mosaic`` widens no job's demand),
-    ``restart_cost_s`` (30, given to both unless their tables set it)."""
+    ``restart_cost_s`` (30, given to both unless their tables set it), ``keep`` (true: the
+    round ends with :func:`planner.policies.keep.keep_in_place`)."""
 
     rubick: RubickAllocation
     crius: CriusAllocation
     shaping: Shaping
+    keep: bool = True
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
-        f = options_reader(options, "mosaic reconfiguration", ["rubick", "crius", "restart_cost_s"])
+        f = options_reader(options, "mosaic reconfiguration", ["rubick", "crius", "restart_cost_s", "keep"])
         cost = f.opt_float("restart_cost_s", minimum=0.0)
         rubick_options = dict(f.opt_object("rubick") or {})
         crius_options = dict(f.opt_object("crius") or {})
@@ -85,6 +89,7 @@ class MosaicReconfiguration:
             RubickAllocation.from_options(rubick_options, context),
             CriusAllocation.from_options(crius_options, context),
             SHAPINGS.create("tune", {}, context),
+            f.flag("keep", True),
         )
 
     def hold_back(self, snapshot: Snapshot, ordered: Sequence[Job]) -> Mapping[str, Outcome]:
@@ -101,8 +106,8 @@ class MosaicReconfiguration:
             draft = self._crius(snapshot, ordered, draft, crius_ids)
         else:
             draft = self.rubick.reconfigure(snapshot, ordered, draft)
-        draft = self._reshape(snapshot, shaped, draft, crius_ids)
-        return _within_nodes(snapshot, ordered, draft)
+        draft = _within_nodes(snapshot, ordered, self._reshape(snapshot, shaped, draft, crius_ids))
+        return keep_in_place(snapshot, ordered, draft) if self.keep else draft
 
     def _reshape(self, snapshot: Snapshot, shaped: Draft, draft: Draft, crius_ids: set[str]) -> Draft:
         """Synergy-Tune's CPUs and memory again, where Rubick or Crius moved GPUs: Tune shaped
@@ -136,7 +141,7 @@ class MosaicReconfiguration:
                 out[job_id] = b
         # Tune's shares on the applied round hold together per node; taken for some jobs only
         # (Rubick's stay), a node may be over-committed: there every job keeps the round's own.
-        for name in _over_committed(snapshot, out):
+        for name in over_committed(snapshot.nodes_by_name, out.values()):
             for job_id, b in draft.assignments.items():
                 if name in b.nodes:
                     out[job_id] = b
@@ -199,42 +204,16 @@ def _rigid(job: Job) -> Job:
     return replace(job, num_gpus=count, min_gpus=None, max_gpus=None, gpu_types=(), candidate_plans=())
 
 
-def _usage(assignments: Mapping[str, Assignment]) -> tuple[dict[str, float], dict[str, float]]:
-    """CPUs and memory held per node."""
-    used_cpus: dict[str, float] = {}
-    used_mem: dict[str, float] = {}
-    for a in assignments.values():
-        for name, cpus, mem in a.node_shares():
-            used_cpus[name] = used_cpus.get(name, 0) + cpus
-            used_mem[name] = used_mem.get(name, 0.0) + mem
-    return used_cpus, used_mem
-
-
-def _over_committed(snapshot: Snapshot, assignments: Mapping[str, Assignment]) -> list[str]:
-    nodes = snapshot.nodes_by_name
-    used_cpus, used_mem = _usage(assignments)
-    return [
-        n for n in sorted(used_cpus) if used_cpus[n] > nodes[n].cpus or used_mem[n] > nodes[n].mem_gb + 1e-6
-    ]
-
-
 def _within_nodes(snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft:
     """Where a node's CPUs or memory are over-committed (a job Rubick or Crius placed took what
     Synergy-Tune had given a neighbour beyond its proportional share), switch the most generous
     neighbours back to their proportional share (Tune's rule 2, Synergy §4.2) until it fits.
     Every job at most at its proportional share always fits."""
     nodes = snapshot.nodes_by_name
-    used_cpus: dict[str, float] = {}
-    used_mem: dict[str, float] = {}
-    for a in draft.assignments.values():
-        for name, cpus, mem in a.node_shares():
-            used_cpus[name] = used_cpus.get(name, 0) + cpus
-            used_mem[name] = used_mem.get(name, 0.0) + mem
-    over = [
-        n for n in sorted(used_cpus) if used_cpus[n] > nodes[n].cpus or used_mem[n] > nodes[n].mem_gb + 1e-6
-    ]
+    over = over_committed(nodes, draft.assignments.values())
     if not over:
         return draft
+    used_cpus, used_mem = node_usage(draft.assignments.values())
     assignments = dict(draft.assignments)
     for name in over:
         extras = []

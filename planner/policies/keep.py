@@ -1,0 +1,189 @@
+"""Keep in place: hand a round's slots back to the running jobs that held them.
+
+A round's stages decide *which* GPU sets run rigid jobs and *which* rigid jobs run; which of
+those jobs gets which set is, for jobs of the same GPU count, a free choice that costs a
+restart whenever a running job lands on a set other than its own. The stages make that choice
+one job at a time, so it is often a chain: the placement displaces the lowest-ranked holder
+for a job that lost its GPUs, the displaced job takes the next one's, and a later stage frees
+GPUs that would have done for the first job (on the mixed workload of ``benchmarks/mosaic.py``
+a third of ``mosaic``'s restarts were such chains of one-GPU jobs).
+
+This pass undoes the chains after the round is decided. For the rigid jobs the round moved or
+started, grouped by GPU count, it reassigns the group's GPU sets to the group's jobs with the
+Hungarian algorithm so that as many running jobs as possible get their own set back, each job
+on a set of a GPU type it accepts; a job that gets its own set back keeps its running
+assignment (CPUs and memory too) where the nodes have room, else the round's CPUs and memory.
+The jobs that run, the GPU sets in use and every job's GPU count are the round's; only which
+rigid job holds which set changes. It is Tesserae's migration minimisation (§4.1, Algorithm 2)
+at the level of jobs rather than node labels: a job may move between nodes of different shape
+or type, which relabelling cannot do, because the job itself accepts the set it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from planner.matching import assign
+from planner.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
+from planner.stages import Draft
+from planner.validate import over_committed
+
+# Among equally good reassignments, prefer the round's own (a job stays on the set the
+# stages chose): far below one restart.
+_TIE = 1e-6
+
+
+def movable(job: Job) -> bool:
+    """A job whose GPU set the placement chose and any same-sized set would do: rigid, on its
+    own GPUs, without candidate plans (elastic and plan jobs' sets are their allocation's)."""
+    return not job.elastic and not job.candidate_plans and not job.guaranteed
+
+
+def keep_in_place(snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft:
+    """``draft`` with stopped jobs resumed and moved rigid jobs given back their own GPU sets
+    where the round allows it (module docstring); ``ordered`` is the round's priority order."""
+    old: dict[str, Assignment] = {
+        j.id: j.assignment for j in snapshot.jobs if j.is_running and j.assignment is not None
+    }
+    if not old:
+        return draft
+    nodes = {n.name: n for n in snapshot.nodes}
+    out, outcomes = _resumed(ordered, draft, old, nodes)
+    jobs = {j.id: j for j in snapshot.jobs}
+    groups: dict[int, list[str]] = {}
+    for job_id, a in out.items():
+        job = jobs.get(job_id)
+        if job is None or a.shares_with or not movable(job):
+            continue
+        before = old.get(job_id)
+        if before is not None and (before.gpus == a.gpus or before.shares_with):
+            continue
+        groups.setdefault(len(a.gpus), []).append(job_id)
+    for ids in groups.values():
+        placed = {i: out[i] for i in ids}
+        sets = [placed[i].gpus for i in ids]
+        own = {i: old[i].gpus for i in ids if i in old}
+        if not set(own.values()) & set(sets):  # no job's own set is another one's now
+            continue
+        trial = _reassigned(ids, sets, own, jobs, nodes)
+        if trial is not None:
+            out = _shaped(trial, placed, old, out, nodes)
+    if outcomes is draft.outcomes and all(out[i] is a for i, a in draft.assignments.items()):
+        return draft
+    return Draft(out, outcomes)
+
+
+_DISPLACED = frozenset({Outcome.NO_CAPACITY, Outcome.NO_CONSOLIDATED_SLOT})
+
+
+def _resumed(
+    ordered: Sequence[Job],
+    draft: Draft,
+    old: Mapping[str, Assignment],
+    nodes: Mapping[str, Node],
+) -> tuple[dict[str, Assignment], Mapping[str, Outcome]]:
+    """The round's assignments with each running job it stopped for want of GPUs resumed as it
+    ran, in priority order, where its GPUs are idle or taken only by jobs that start this round
+    and rank below it (those wait instead): a running job is stopped only for a job that
+    ranks above it. The stages decide one job at a time, so the placement may displace a job
+    for a higher-ranked one that a later stage then moves elsewhere, leaving the GPUs to a
+    lower-ranked arrival."""
+    out = dict(draft.assignments)
+    outcomes: Mapping[str, Outcome] = draft.outcomes
+    stopped = [j for j in ordered if j.id in old and j.id not in out and outcomes.get(j.id) in _DISPLACED]
+    if not stopped:
+        return out, outcomes
+    rank = {j.id: k for k, j in enumerate(ordered)}
+    holders: dict[GpuSlot, set[str]] = {}
+    for job_id, a in out.items():
+        for slot in a.gpus:
+            holders.setdefault(slot, set()).add(job_id)
+    for job in stopped:
+        before = old[job.id]
+        if before.shares_with:
+            continue
+        takers = set().union(*(holders.get(slot, set()) for slot in before.gpus))
+        if any(t in old or rank.get(t, -1) < rank[job.id] for t in takers):
+            continue
+        candidate = {i: a for i, a in out.items() if i not in takers}
+        candidate[job.id] = before
+        if not _fits(candidate, nodes):
+            continue
+        out = candidate
+        for t in takers:
+            for slot in draft.assignments[t].gpus:
+                holders[slot].discard(t)
+        for slot in before.gpus:
+            holders.setdefault(slot, set()).add(job.id)
+        outcomes = {**outcomes, job.id: Outcome.KEPT, **dict.fromkeys(takers, Outcome.NO_CAPACITY)}
+    # Priority order, as a draft's assignments are.
+    return {j.id: out[j.id] for j in ordered if j.id in out}, outcomes
+
+
+def _shaped(
+    trial: Mapping[str, tuple[GpuSlot, ...]],
+    draft: Mapping[str, Assignment],
+    old: Mapping[str, Assignment],
+    out: dict[str, Assignment],
+    nodes: Mapping[str, Node],
+) -> dict[str, Assignment]:
+    """``out`` with ``trial``'s sets, CPUs and memory as close to the jobs' own as fits.
+
+    First each job back on its own set keeps its running assignment and each other job its
+    CPUs and memory of the round; where that overfills a node, the others take the CPUs and
+    memory the round gave the set they got; then every job does, which fills each node
+    exactly as the round did."""
+    holder = {draft[i].gpus: i for i in trial}
+
+    def shaped(job_id: str, gpus: tuple[GpuSlot, ...], own_shape: bool) -> Assignment:
+        a = draft[job_id]
+        if gpus == a.gpus:
+            return a
+        shape = a if own_shape else draft[holder[gpus]]
+        return Assignment(gpus, shape.cpus, shape.mem_gb, a.plan)
+
+    for keep_running, own_shape in ((True, True), (True, False), (False, False)):
+        candidate = dict(out)
+        for job_id, gpus in trial.items():
+            before = old.get(job_id)
+            if keep_running and before is not None and gpus == before.gpus:
+                candidate[job_id] = before
+            else:
+                candidate[job_id] = shaped(job_id, gpus, own_shape)
+        if not keep_running or _fits(candidate, nodes):
+            return candidate
+    raise AssertionError("unreachable")
+
+
+def _reassigned(
+    ids: list[str],
+    sets: list[tuple[GpuSlot, ...]],
+    own: Mapping[str, tuple[GpuSlot, ...]],
+    jobs: Mapping[str, Job],
+    nodes: Mapping[str, Node],
+) -> dict[str, tuple[GpuSlot, ...]] | None:
+    """The sets' assignment to the jobs that restarts the fewest running ones (None: the round's)."""
+    n = len(ids)
+    cost = np.ones((n, n))
+    forbidden = np.zeros((n, n), dtype=bool)
+    for r, job_id in enumerate(ids):
+        accepted = jobs[job_id].accepted_types
+        mine = own.get(job_id)
+        for c, gpus in enumerate(sets):
+            if accepted and any(nodes[node].gpu_type not in accepted for node, _ in gpus):
+                forbidden[r, c] = True
+            # A running job restarts anywhere but on its own set; a waiting one starts anyway.
+            cost[r, c] = (0.0 if mine is None or gpus == mine else 1.0) + (0.0 if r == c else _TIE)
+    pairs = assign(cost, forbidden=forbidden)
+    if len(pairs) < n:
+        return None
+    restarts = sum(cost[r, c] >= 1.0 for r, c in pairs)
+    if restarts >= sum(1 for r, job_id in enumerate(ids) if job_id in own):
+        return None
+    return {ids[r]: sets[c] for r, c in pairs}
+
+
+def _fits(assignments: Mapping[str, Assignment], nodes: Mapping[str, Node]) -> bool:
+    return not over_committed(nodes, assignments.values())

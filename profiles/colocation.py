@@ -11,8 +11,9 @@ which rule produced it (``PairEstimate.source``):
 1. measured on the GPU type asked for, at the jobs' GPU count;
 2. measured at 1 GPU, the ratio kept for k GPUs (Tesserae §4.3: k-GPU data-parallel
    throughput is k times the 1-GPU one, packed or not, so the ratio is unchanged);
-3. the same on another GPU type, newest first (v100, p100, k80): GPU generations change
-   absolute speed more than the interference ratio;
+3. the same on another GPU type, in the GPU catalog's fallback order (v100, p100, k80:
+   Gavel's types, newest first): GPU generations change absolute speed more than the
+   interference ratio;
 4. the median normalised throughput of all measured pairs of the two models' tasks
    (e.g. image packed with language), over every GPU type, at 1 GPU;
 5. the median over all measured pairs (0.58 per job in Gavel's data).
@@ -32,10 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from profiles.gpus import catalog
 from profiles.schema import ColocationKey, plan_key
 from profiles.store import ProfileStore
-
-OTHER_GPU_TYPES = ("v100", "p100", "k80")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +93,7 @@ class ColocationModel:
         table = self.store.colocation_table()
         pa, pb = self.store.resolve(a.model), self.store.resolve(b.model)
         ma, mb = self.store.model_key(a.model), self.store.model_key(b.model)
-        types = [gpu_type] + [t for t in OTHER_GPU_TYPES if t != gpu_type]
-        for t in types:
+        for t in catalog().borrow_order(gpu_type):
             for scale in dict.fromkeys((a.num_gpus, 1)):
                 ba = pa.nearest_batch(a.batch_size) if pa.throughput else a.batch_size
                 bb = pb.nearest_batch(b.batch_size) if pb.throughput else b.batch_size

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
+from profiles.gpus import catalog
 from profiles.schema import Profile
 
 # The execution-plan keys mosaic-run renders (planner/execplan.py): per-worker batch of one
@@ -38,7 +39,6 @@ MICRO_BATCH_KEY = "micro_batch"
 ACCUM_STEPS_KEY = "grad_accum"
 GA_KEYS = (MICRO_BATCH_KEY, ACCUM_STEPS_KEY)
 _MIN_POINTS = 3
-_OTHER_GPU_TYPES = ("v100", "p100", "k80")  # Gavel's measured types, newest first
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +173,7 @@ class IterationModels:
         """The model on ``gpu_type``, else on another measured type (newest first): a type
         without measurements borrows the curve's shape, as the co-location estimates do
         (generations change absolute speed more than these ratios)."""
-        for t in dict.fromkeys((gpu_type, *_OTHER_GPU_TYPES)):
+        for t in catalog().borrow_order(gpu_type):
             fitted = self.model(profile, t)
             if fitted is not None:
                 return fitted

@@ -176,9 +176,12 @@ class CorrectedPricer(PlanPricer):
             self._ratios.setdefault(t.model, []).append((c, t.iter_time_s / predicted))
 
     def iteration_times(
-        self, model: str, configs: Sequence[tuple[ExecPlan, int, float | None]]
+        self,
+        model: str,
+        configs: Sequence[tuple[ExecPlan, int, float | None]],
+        gpu_mem_gb: float | None = None,
     ) -> list[float | None]:
-        times = super().iteration_times(model, configs)
+        times = super().iteration_times(model, configs, gpu_mem_gb)
         info = self.model(model)
         ratios = self._ratios.get(info.shape.name, []) if info is not None else []
         if not ratios:

@@ -9,8 +9,11 @@ feasible plans and the performance predictions"). :class:`PlanPricer` is that pr
   common aliases such as ``llama2-7b`` or ``gpt2-xl`` map to them);
 * (shape, resolved plan, nodes, CPUs per GPU) -> seconds per iteration, from the
   :class:`PerfModel` fitted on the bundled ``samples.csv``, or ``None`` when the plan's
-  per-GPU memory estimate exceeds the GPU's memory (infeasible). Answers are memoised,
-  and :meth:`PlanPricer.iteration_times` prices many plans in one vectorised call.
+  per-GPU memory estimate exceeds the GPU's memory (infeasible). The memory is the one of
+  the GPUs the job is priced on (``gpu_mem_gb`` per call: the node's own), else the
+  pricer's default, the A800's of the GPU catalog (``profiles/builtin/gpus.toml``), the GPU
+  the measurements come from. Answers are memoised, and :meth:`PlanPricer.iteration_times`
+  prices many plans in one vectorised call.
 
 Pure: the bundled files are read once, through :func:`builtin_pricer`.
 """
@@ -26,13 +29,14 @@ from pathlib import Path
 
 from planner.errors import InputError
 from planner.execplan import ExecPlan
+from profiles.gpus import catalog
 from profiles.names import normalise
 from profiles.perfmodel import ModelShape, PerfModel, Query, fit_perfmodel, fits
 from profiles.perfmodel.csvio import parse_table
 
 _DATA = Path(__file__).parent / "builtin" / "data" / "rubick"
-A800_MEMORY_GB = 80.0
-"""GPU memory of the cluster the bundled measurements come from (A800-80GB)."""
+A800_MEMORY_GB = catalog().types["a800"].mem_gb
+"""GPU memory of the cluster the bundled measurements come from (A800-80GB), from the catalog."""
 
 # Other spellings of the artifact's model names (normalised keys).
 ALIASES: Mapping[str, str] = {
@@ -48,7 +52,7 @@ ALIASES: Mapping[str, str] = {
     "vitb16": "vit",
 }
 
-PlanKey = tuple[str, ExecPlan, int, float | None]
+PlanKey = tuple[str, ExecPlan, int, float | None, float | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +91,8 @@ def read_models(text: str, source: str) -> dict[str, ModelInfo]:
 
 @dataclass
 class PlanPricer:
-    """Memoised plan prices (module docstring). ``gpu_mem_gb=None``: no memory check."""
+    """Memoised plan prices (module docstring). ``gpu_mem_gb``: the memory of one GPU when a
+    call names none; ``None``: no memory check."""
 
     perf: PerfModel
     models: Mapping[str, ModelInfo]
@@ -100,30 +105,40 @@ class PlanPricer:
         return self.models.get(ALIASES.get(key, key))
 
     def iteration_time_s(
-        self, model: str, plan: ExecPlan, nodes: int = 1, cpus_per_gpu: float | None = None
+        self,
+        model: str,
+        plan: ExecPlan,
+        nodes: int = 1,
+        cpus_per_gpu: float | None = None,
+        gpu_mem_gb: float | None = None,
     ) -> float | None:
-        """Seconds per iteration of the resolved ``plan``; ``None``: unknown model or out of memory."""
-        return self.iteration_times(model, [(plan, nodes, cpus_per_gpu)])[0]
+        """Seconds per iteration of the resolved ``plan`` on GPUs of ``gpu_mem_gb`` (default:
+        the pricer's); ``None``: unknown model or out of memory."""
+        return self.iteration_times(model, [(plan, nodes, cpus_per_gpu)], gpu_mem_gb)[0]
 
     def iteration_times(
-        self, model: str, configs: Sequence[tuple[ExecPlan, int, float | None]]
+        self,
+        model: str,
+        configs: Sequence[tuple[ExecPlan, int, float | None]],
+        gpu_mem_gb: float | None = None,
     ) -> list[float | None]:
         """:meth:`iteration_time_s` of many ``(plan, nodes, cpus_per_gpu)``, vectorised."""
         info = self.model(model)
         if info is None:
             return [None] * len(configs)
         name = info.shape.name
+        memory = self.gpu_mem_gb if gpu_mem_gb is None else gpu_mem_gb
         out: list[float | None] = []
         todo: list[tuple[int, PlanKey, Query]] = []
         for k, (plan, nodes, given_cpus) in enumerate(configs):
             cpus = given_cpus if plan.offload_optimizer else None  # only ZeRO-Offload depends on CPUs
-            key: PlanKey = (name, plan, nodes, cpus)
+            key: PlanKey = (name, plan, nodes, cpus, memory)
             if key in self._times:
                 out.append(self._times[key])
                 continue
             out.append(None)
             query = Query(info.shape, plan, nodes, cpus)
-            if self.gpu_mem_gb is not None and not fits(query, self.gpu_mem_gb, self.perf.environment):
+            if memory is not None and not fits(query, memory, self.perf.environment):
                 self._times[key] = None
                 continue
             todo.append((k, key, query))

@@ -50,7 +50,8 @@ from dataclasses import dataclass, replace
 from planner.errors import TraceError
 from planner.traces.artifact_csv import artifact_rows
 from planner.traces.records import TraceJob
-from profiles.perfmodel.crius import CriusTable, builtin_crius
+from profiles.gpus import catalog
+from profiles.perfmodel.crius import DEVICES, CriusTable, builtin_crius
 
 ARTIFACT_COLUMNS = (
     "job_id",
@@ -70,8 +71,8 @@ FAMILIES: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "bert": (("760M", "1.3B", "2.6B", "6.7B", "15B", "39B"), (128, 256, 512)),
     "moe": (("690M", "1.3B", "2.4B", "10B", "27B", "70B"), (256, 512, 1024)),
 }
-GPU_TYPES = ("a100", "v100", "a40", "a10")
-GPUS_PER_NODE = {"a100": 4, "v100": 16, "a40": 2, "a10": 2}
+GPU_TYPES = DEVICES
+GPUS_PER_NODE = {t: n for t, n in catalog().gpus_per_node().items() if t in DEVICES}
 GPU_COUNTS = (1, 2, 4, 8, 16)
 
 # regenerate_sim_trace.py: cumulative weights of each draw, in its order.

@@ -97,7 +97,7 @@ from profiles.perfmodel.agile_model import (
     GpuSpec,
     MemoryModel,
     ModelSpec,
-    builtin_dp_memory,
+    dp_memory_points,
     family_of,
     fit_memory,
     model_spec,
@@ -116,7 +116,7 @@ __all__ = [
     "StagePlan",
     "allreduce_s",
     "assemble",
-    "builtin_dp_memory",
+    "dp_memory_points",
     "model_spec",
     "normalise_model",
     "partition",
@@ -245,7 +245,7 @@ class AgileEstimator:
         gpus: Mapping[str, GpuSpec] | None = None,
     ) -> None:
         self.table = builtin_crius() if table is None else table
-        self.dp_memory = builtin_dp_memory() if dp_memory is None else dp_memory
+        self.dp_memory = dp_memory_points() if dp_memory is None else dp_memory
         self.gpus = dict(GPU_SPECS if gpus is None else gpus)
         points: dict[str, dict[tuple[int, str, int], CriusRecord]] = {}
         for r in self.table.records:  # consolidated layout (fewest nodes) per key, as the table answers

@@ -9,18 +9,19 @@ and the data-parallel-only memory fitted to ``builtin/data/crius/dp_mem.json``.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 
 import numpy as np
 
-from planner.errors import InputError
+from planner.errors import ConfigError, InputError
+from profiles.gpus import catalog
 from profiles.names import normalise
+from profiles.perfmodel.crius import DEVICES
+from profiles.perfmodel.dp_memory import COUNTS, builtin_dp_memory
 
 GB = 1e9
 
@@ -39,12 +40,15 @@ class GpuSpec:
     inter_latency_s: float = 20e-6
 
 
-GPU_SPECS: Mapping[str, GpuSpec] = {
-    "a100": GpuSpec("a100", 40.0, 312.0, 4, 20.0),
-    "v100": GpuSpec("v100", 32.0, 125.0, 16, 100.0),
-    "a40": GpuSpec("a40", 48.0, 149.7, 2, 20.0),
-    "a10": GpuSpec("a10", 24.0, 125.0, 2, 20.0),
-}
+def _spec(name: str) -> GpuSpec:
+    """The catalog's facts of ``name`` (``profiles/builtin/gpus.toml``) as the estimate reads them."""
+    t = catalog().types[name]
+    if t.peak_tflops is None or t.gpus_per_node is None or t.intra_gb_s is None:
+        raise ConfigError(f"GPU catalog: {name} needs peak_tflops, gpus_per_node and intra_gb_s")
+    return GpuSpec(name, t.mem_gb, t.peak_tflops, t.gpus_per_node, t.intra_gb_s)
+
+
+GPU_SPECS: Mapping[str, GpuSpec] = {name: _spec(name) for name in DEVICES}
 
 
 # -- the model -----------------------------------------------------------------------------
@@ -229,29 +233,22 @@ class MemoryModel:
 
 
 @cache
-def builtin_dp_memory() -> Mapping[str, tuple[tuple[int, int, float], ...]]:
-    """The bundled DP-only memory: model -> ((global batch, GPUs, GB), ...), usable entries only."""
-    text = resources.files("profiles").joinpath("builtin", "data", "crius", "dp_mem.json").read_text("utf-8")
-    return parse_dp_memory(json.loads(text))
+def dp_memory_points() -> Mapping[str, tuple[tuple[int, int, float], ...]]:
+    """The bundled DP-only memory (``dp_mem.json``, parsed once by
+    :func:`profiles.perfmodel.dp_memory.builtin_dp_memory`) as model -> ((global batch, GPUs, GB),
+    ...), usable entries only."""
+    return memory_points(builtin_dp_memory().needs)
 
 
-def parse_dp_memory(document: object) -> Mapping[str, tuple[tuple[int, int, float], ...]]:
-    """``[{MODEL_KEY: [m1, m2, m4, m8, m16]}]`` -> model -> ((batch, GPUs, GB), ...)."""
-    if isinstance(document, list) and len(document) == 1:
-        document = document[0]
-    if not isinstance(document, dict):
-        raise InputError("Crius dp_mem: expected [{model_batch: [GB at 1, 2, 4, 8, 16 GPUs]}]")
+def memory_points(
+    needs: Mapping[tuple[str, int], tuple[float, ...]],
+) -> Mapping[str, tuple[tuple[int, int, float], ...]]:
+    """A parsed ``dp_mem`` table (:func:`profiles.perfmodel.dp_memory.parse_dp_memory`) as
+    model -> ((batch, GPUs, GB), ...), keeping only the measured (positive) values."""
     out: dict[str, list[tuple[int, int, float]]] = {}
-    for label, values in document.items():
-        model, _, batch = str(label).rpartition("_")
-        if not batch.isdigit() or not isinstance(values, list):
-            raise InputError(f"Crius dp_mem: bad entry {label!r}")
-        points = out.setdefault(normalise(model), [])
-        for i, gb in enumerate(values):
-            if not isinstance(gb, int | float):
-                raise InputError(f"Crius dp_mem: {label}: {gb!r} is not a number")
-            if gb > 0:
-                points.append((int(batch), 2**i, float(gb)))
+    for (model, batch), values in needs.items():
+        points = out.setdefault(model, [])
+        points += [(batch, n, gb) for n, gb in zip(COUNTS, values, strict=True) if gb > 0]
     return {k: tuple(v) for k, v in out.items()}
 
 

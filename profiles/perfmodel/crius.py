@@ -34,6 +34,8 @@ from profiles.perfmodel.query import Query
 
 SOURCE = "Crius prof_database (sjtu-epcc/arena, branch ae-eurosys, Apache-2.0)"
 _DATA = ("builtin", "data", "crius", "prof_database.json")
+DEVICES = ("a100", "v100", "a40", "a10")
+"""The GPU types of Crius's testbed (its facts: ``profiles/builtin/gpus.toml``), in the artifact's order."""
 _DEVICE = re.compile(r"^(?P<hosts>\d+)_(?P<type>[a-z0-9]+)_(?P<hosts2>\d+)_n_(?P<per_host>\d+)_d$")
 _PARAMS = re.compile(r"^(?P<value>\d+(?:\.\d+)?)(?P<unit>[MB])$")
 _UNITS = {"M": 1e6, "B": 1e9}

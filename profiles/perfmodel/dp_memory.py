@@ -8,8 +8,9 @@ one data-parallel replica needs more than the GPU holds. The bundled
 artifact's rule, kept here: out of memory when the value is ``-1`` or ``needed x 1.2 > 0.8 x
 GPU memory`` (XLA pre-allocates 80 % of the GPU; 1.2 is its safety margin); a value of ``0``
 fits; a model and batch absent from the file counts as out of memory ("not profiled: too large
-for data parallelism"). GPU memory: A100 40 GB, V100 32, A40 48, A10 24 (the artifact's
-devices).
+for data parallelism"). GPU memory: the catalog's (``profiles/builtin/gpus.toml``) for the
+artifact's devices (:data:`profiles.perfmodel.crius.DEVICES`: A100 40 GB, V100 32, A40 48, A10
+24), or the node's own where the caller gives it.
 
 Measured alongside the best-plan times (:mod:`profiles.perfmodel.crius`): the artifact's
 ``prof_database`` holds only best-plan times, so a baseline's "data-parallel throughput" there
@@ -24,12 +25,13 @@ from functools import cache
 from importlib import resources
 
 from planner.errors import InputError
+from profiles.gpus import catalog
 from profiles.names import normalise
+from profiles.perfmodel.crius import DEVICES
 
 SOURCE = "Crius dp_mem.json (sjtu-epcc/arena, branch ae-eurosys, Apache-2.0)"
 _DATA = ("builtin", "data", "crius", "dp_mem.json")
 COUNTS = (1, 2, 4, 8, 16)
-GPU_MEMORY_GB = {"a100": 40.0, "v100": 32.0, "a40": 48.0, "a10": 24.0}
 PREALLOCATED = 0.8  # XLA takes 80 % of a GPU's memory up front
 MARGIN = 1.2  # the artifact's safety factor on the measured need
 
@@ -77,11 +79,14 @@ class DpMemory:
         """True when the table has the model (at any batch)."""
         return normalise(model) in self.models
 
-    def fits(self, model: str, batch: int | None, gpu_type: str, gpus: int) -> bool | None:
-        """True/False by the artifact's rule; ``None`` when the table cannot say (a model it does
+    def fits(
+        self, model: str, batch: int | None, gpu_type: str, gpus: int, gpu_mem_gb: float | None = None
+    ) -> bool | None:
+        """True/False by the artifact's rule, with ``gpu_mem_gb`` of memory per GPU (default: the
+        catalog's for the artifact's devices); ``None`` when the table cannot say (a model it does
         not know at all, a GPU type of unknown memory, or a count other than 1-16 in powers of 2)."""
         key = normalise(model)
-        memory = GPU_MEMORY_GB.get(gpu_type.lower())
+        memory = gpu_mem_gb if gpu_mem_gb is not None else device_memory_gb(gpu_type)
         if key not in self.models or memory is None or gpus not in COUNTS:
             return None
         needs = self.needs.get((key, batch)) if batch is not None else None
@@ -91,6 +96,12 @@ class DpMemory:
         if needed == 0:
             return True
         return needed > 0 and needed * MARGIN <= memory * PREALLOCATED
+
+
+def device_memory_gb(gpu_type: str) -> float | None:
+    """Memory of one GPU of one of the artifact's devices (the catalog's); ``None`` otherwise."""
+    name = gpu_type.lower()
+    return catalog().mem_gb(name) if name in DEVICES else None
 
 
 @cache

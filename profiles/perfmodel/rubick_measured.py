@@ -60,14 +60,16 @@ from typing import Literal
 
 from planner.errors import InputError
 from planner.execplan import ExecPlan, PlanError, resolve
+from profiles.gpus import catalog
 from profiles.names import normalise
 from profiles.perfmodel.csvio import parse_table
 from profiles.perfmodel.fit import PerfModel, fit_perfmodel
 from profiles.perfmodel.query import ModelShape, Query
 
 GPU_TYPE = "a800"
-GPU_MEM_GB = 80.0
-GPUS_PER_NODE = 8
+GPU_MEM_GB = catalog().types[GPU_TYPE].mem_gb
+"""Memory of one A800 (80 GB), from the GPU catalog (``profiles/builtin/gpus.toml``)."""
+GPUS_PER_NODE = catalog().types[GPU_TYPE].gpus_per_node or 8
 MODELS = ("vit", "roberta", "bert", "t5", "gpt2", "llama7", "llama30")
 # The artifact's CPU threads per GPU for ZeRO-Offload (samples.csv), when a query gives none.
 OFFLOAD_CPUS_PER_GPU = 4.0

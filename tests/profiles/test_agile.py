@@ -23,7 +23,8 @@ from profiles.perfmodel.agile import (
     peak_bound_s,
     stage_counts,
 )
-from profiles.perfmodel.agile_model import fit_memory, parse_dp_memory
+from profiles.perfmodel.agile_model import dp_memory_points, fit_memory, memory_points
+from profiles.perfmodel.dp_memory import builtin_dp_memory, parse_dp_memory
 from profiles.perfmodel.crius import CriusTable, builtin_crius
 
 
@@ -101,13 +102,16 @@ def test_memory_fit_recovers_states_and_activations():
     assert fit_memory([(256, 2, 10.0)]) is None  # one load: not identifiable
 
 
-def test_dp_memory_document_is_checked():
-    parsed = parse_dp_memory([{"bert_760M_128": [24.1, -1, 9.1, 6.9, -1]}])
+def test_dp_memory_points_come_from_the_one_strict_parse():
+    parsed = memory_points(parse_dp_memory([{"bert_760M_128": [24.1, -1, 9.1, 6.9, -1]}]))
     assert parsed["bert760m"] == ((128, 1, 24.1), (128, 4, 9.1), (128, 8, 6.9))
-    with pytest.raises(InputError, match="bad entry"):
-        parse_dp_memory({"bert": [1.0]})
-    with pytest.raises(InputError, match="not a number"):
-        parse_dp_memory({"bert_760M_128": ["x"]})
+    with pytest.raises(InputError, match="is not <model>_<global batch>"):
+        parse_dp_memory({"bert": [1.0] * 5})
+    with pytest.raises(InputError, match="expected 5 numbers"):
+        parse_dp_memory({"bert_760M_128": ["x"] * 5})
+    bundled = dp_memory_points()
+    assert bundled == memory_points(builtin_dp_memory().needs)
+    assert all(gb > 0 for points in bundled.values() for _, _, gb in points)
 
 
 def test_partition_balances_flops_by_hand():

@@ -41,7 +41,7 @@ from profiles.perfmodel.agile import (
     MEMORY_HEADROOM,
     USABLE_FRACTION,
     AgileEstimator,
-    builtin_dp_memory,
+    dp_memory_points,
     normalise_model,
     stage_counts,
 )
@@ -129,7 +129,7 @@ def dp_fits(model: str, batch: int, gpu_type: str, gpus: int) -> bool:
     spec = GPU_SPECS.get(gpu_type)
     if spec is None:
         return False
-    for b, n, gb in builtin_dp_memory().get(normalise(model), ()):
+    for b, n, gb in dp_memory_points().get(normalise(model), ()):
         if (b, n) == (batch, gpus):
             return MEMORY_HEADROOM * gb <= USABLE_FRACTION * spec.mem_gb
     return False

@@ -11,6 +11,7 @@
     name_prefix = "n"   # optional; servers are named n1, n2, ...
     intra_gbps = 300    # optional: GPU-to-GPU bandwidth inside a server
     inter_gbps = 100    # optional: network bandwidth between servers
+    gpu_mem_gb = 80     # optional: memory of one GPU (default: the GPU catalog's for gpu_type)
 
 Node names are ``<name_prefix><i>`` with ``i`` counting from 1 per prefix across all
 groups that share it, so two groups with the default prefix never collide.
@@ -24,10 +25,21 @@ from typing import Any
 from planner.errors import ClusterError
 from planner.fields import Fields
 from planner.model import Node
+from profiles.gpus import gpu_mem_gb
 
 MAX_NODES = 100_000
 """More servers than any cluster has: a larger ``count`` is a typo, not a cluster to build."""
-_NODE_KEYS = ("count", "gpus", "gpu_type", "cpus", "mem_gb", "name_prefix", "intra_gbps", "inter_gbps")
+_NODE_KEYS = (
+    "count",
+    "gpus",
+    "gpu_type",
+    "cpus",
+    "mem_gb",
+    "name_prefix",
+    "intra_gbps",
+    "inter_gbps",
+    "gpu_mem_gb",
+)
 
 
 def cluster_from_toml(text: str, source: str = "cluster") -> tuple[Node, ...]:
@@ -62,8 +74,17 @@ def cluster_from_mapping(document: Any, source: str = "cluster") -> tuple[Node, 
         gpu_type = f.req_str("gpu_type").lower()
         intra = f.opt_float("intra_gbps", minimum=0.0)
         inter = f.opt_float("inter_gbps", minimum=0.0)
+        gpu_mem = f.opt_float("gpu_mem_gb", minimum=0.0)
+        if gpu_mem is not None and gpu_mem <= 0:
+            f.fail_key("gpu_mem_gb", f"expected a positive number, got {gpu_mem}")
         start = next_index.get(prefix, 1)
         for k in range(count):
-            nodes.append(Node(f"{prefix}{start + k}", gpus, gpu_type, cpus, mem_gb, intra, inter))
+            nodes.append(Node(f"{prefix}{start + k}", gpus, gpu_type, cpus, mem_gb, intra, inter, gpu_mem))
         next_index[prefix] = start + count
     return tuple(nodes)
+
+
+def gpu_mem_gb_of(node: Node) -> float | None:
+    """Memory of one GPU of ``node``: its own (``gpu_mem_gb``), else its type's in the GPU
+    catalog; ``None`` for a type the catalog does not know."""
+    return node.gpu_mem_gb if node.gpu_mem_gb is not None else gpu_mem_gb(node.gpu_type)

@@ -76,7 +76,15 @@ def node_from_json(raw: Any, where: str) -> Node:
         mem_gb=f.req_float("mem_gb", minimum=0.0),
         intra_gbps=f.opt_float("intra_gbps", minimum=0.0),
         inter_gbps=f.opt_float("inter_gbps", minimum=0.0),
+        gpu_mem_gb=_positive(f, "gpu_mem_gb"),
     )
+
+
+def _positive(f: Fields, key: str) -> float | None:
+    value = f.opt_float(key, minimum=0.0)
+    if value is not None and value <= 0:
+        f.fail_key(key, f"expected a positive number, got {value}")
+    return value
 
 
 def job_from_json(raw: Any, where: str, nodes: Mapping[str, Node]) -> Job:
@@ -216,6 +224,8 @@ def node_to_json(node: Node) -> dict[str, Any]:
         out["intra_gbps"] = node.intra_gbps
     if node.inter_gbps is not None:
         out["inter_gbps"] = node.inter_gbps
+    if node.gpu_mem_gb is not None:
+        out["gpu_mem_gb"] = node.gpu_mem_gb
     return out
 
 

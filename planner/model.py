@@ -36,7 +36,12 @@ class JobState(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """One server: its GPUs (all of one type), CPUs and memory."""
+    """One server: its GPUs (all of one type), CPUs and memory.
+
+    ``gpu_mem_gb`` is the memory of one of its GPUs when known to differ from, or be given
+    beside, its type's in the GPU catalog (``profiles/builtin/gpus.toml``); ``None``: the
+    catalog's (:func:`planner.cluster.gpu_mem_gb_of`).
+    """
 
     name: str
     gpus: int
@@ -45,6 +50,7 @@ class Node:
     mem_gb: float
     intra_gbps: float | None = None
     inter_gbps: float | None = None
+    gpu_mem_gb: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 import pytest
 
-from planner.cluster import cluster_from_toml
+from planner.cluster import cluster_from_toml, gpu_mem_gb_of
 from planner.errors import ClusterError
 
 
@@ -38,7 +38,7 @@ def test_groups_expand_to_named_nodes():
     [
         (
             "[[nodes]]\ncount=1\ngpus=4\ngpu_type='v'\ncpus=4\nmem_gb=8\ncolour='red'",
-            r"nodes\[0\]: unknown key 'colour'; valid keys: count, cpus, gpu_type, gpus",
+            r"nodes\[0\]: unknown key 'colour'; valid keys: count, cpus, gpu_mem_gb, gpu_type, gpus",
         ),
         ("[[nodes]]\ncount=1\ngpus=4\ncpus=4\nmem_gb=8", "missing required key 'gpu_type'"),
         (
@@ -46,9 +46,47 @@ def test_groups_expand_to_named_nodes():
             "key 'count': expected an integer >= 1",
         ),
         ("nodes = []", "needs at least one"),
+        (
+            "[[nodes]]\ncount=1\ngpus=4\ngpu_type='v'\ncpus=4\nmem_gb=8\ngpu_mem_gb=0",
+            r"nodes\[0\]: key 'gpu_mem_gb': expected a positive number, got 0.0",
+        ),
+        (
+            "[[nodes]]\ncount=1\ngpus=4\ngpu_type='v'\ncpus=4\nmem_gb=8\ngpu_mem_gb='80GB'",
+            r"key 'gpu_mem_gb': expected a number",
+        ),
         ("[[nodes]\n", "not valid TOML"),
     ],
 )
 def test_bad_cluster_files_say_what_and_where(text, message):
     with pytest.raises(ClusterError, match=message):
         cluster_from_toml(text, source="c.toml")
+
+
+def test_gpu_memory_is_the_groups_own_else_the_catalogs():
+    nodes = cluster_from_toml(
+        """
+        [[nodes]]
+        count = 1
+        gpus = 8
+        gpu_type = "a100"
+        cpus = 64
+        mem_gb = 512
+        gpu_mem_gb = 80
+        [[nodes]]
+        count = 1
+        gpus = 4
+        gpu_type = "A100"
+        cpus = 24
+        mem_gb = 256
+        [[nodes]]
+        count = 1
+        gpus = 4
+        gpu_type = "mystery"
+        cpus = 24
+        mem_gb = 256
+        """
+    )
+    assert [n.gpu_mem_gb for n in nodes] == [80.0, None, None]
+    # The catalog's A100 is the 40 GB one (profiles/builtin/gpus.toml); a type it does not
+    # know has no memory to check against.
+    assert [gpu_mem_gb_of(n) for n in nodes] == [80.0, 40.0, None]

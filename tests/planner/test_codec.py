@@ -152,6 +152,19 @@ def test_malformed_snapshots_name_the_job_and_key(mutate, message):
         snapshot_from_json(doc)
 
 
+def test_a_nodes_gpu_memory_parses_and_round_trips():
+    doc = _doc()
+    snap = snapshot_from_json(doc)
+    assert snap.nodes[0].gpu_mem_gb is None and "gpu_mem_gb" not in snapshot_to_json(snap)["nodes"][0]
+    doc["nodes"][0]["gpu_mem_gb"] = 80
+    snap = snapshot_from_json(doc)
+    assert snap.nodes[0].gpu_mem_gb == 80.0
+    assert snapshot_from_json(snapshot_to_json(snap)) == snap
+    doc["nodes"][0]["gpu_mem_gb"] = 0
+    with pytest.raises(SnapshotError, match=r"node 'n1'.*key 'gpu_mem_gb': expected a positive number"):
+        snapshot_from_json(doc)
+
+
 def test_time_limit_parses_and_round_trips():
     doc = _doc()
     doc["jobs"][0]["time_limit_s"] = 7200

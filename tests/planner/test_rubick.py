@@ -390,3 +390,35 @@ def test_non_preemptive_rubick_neither_shrinks_nor_evicts_a_running_job():
     pinned = replace(grown, preemptible=False)
     plan = plan_round(Snapshot(0.0, (A800,), (pinned, waiting)), sched("rubick"))
     assert plan.assignments["grown"].num_gpus == 8 and "w" not in plan.assignments
+
+
+# -- GPU memory of the node --------------------------------------------------------------------
+def test_plans_must_fit_the_gpu_memory_of_the_node_the_job_runs_on():
+    # GPT-2 (1.5B) in plain data parallelism on 2 GPUs needs more than 40 GB per GPU and less
+    # than 80 (the pricer's memory estimate): it runs on an A800 (80 GB, the catalog's), not on
+    # an A100 of the catalog's 40 GB, and again on an A100 group given gpu_mem_gb = 80.
+    gpt2 = job("g", 2, "gpt2", 16, plan={"dp": 2})
+    a100 = Node("a", 8, "a100", 96, 1600.0)
+    for node, runs in ((A800, True), (a100, False), (replace(a100, gpu_mem_gb=80.0), True)):
+        snap = Snapshot(0.0, (node,), (gpt2,))
+        assert job_curve(shared_book(), gpt2, snap, True).gpu_mem_gb == (80.0 if runs else 40.0)
+        plan = plan_round(snap, sched("rubick"))
+        assert ("g" in plan.assignments) is runs, node
+    # An elastic job searching plans finds one that fits 40 GB (ZeRO shards the states).
+    elastic = replace(gpt2, min_gpus=1, max_gpus=2, plan=None)
+    plan = plan_round(Snapshot(0.0, (a100,), (elastic,)), sched("rubick"))
+    assert plan.assignments["g"].num_gpus == 2 and plan.assignments["g"].plan != {"dp": 2}
+
+
+def test_where_the_job_runs_its_nodes_memory_decides_not_the_largest_nodes():
+    # The curve is shaped on the largest node of a type the job accepts (the A800, 8 GPUs); the
+    # job is placed on the A100 (the A800 is full), where its plan must fit 40 GB: LLaMA-7B's
+    # best plan on 2 x 80 GB (ZeRO-2) does not, ZeRO-2 with the optimizer offloaded does.
+    llama = job("l", 2, "llama7", 16, min_gpus=1, max_gpus=2)
+    full = run(job("big", 8, "bert", 32), [("n0", k) for k in range(8)], 96)
+    a100 = Node("a", 4, "a100", 48, 800.0)
+    snap = Snapshot(0.0, (A800, a100), (full, llama))
+    assert job_curve(shared_book(), llama, snap, True).gpu_mem_gb == 80.0
+    a = plan_round(snap, sched("rubick")).assignments["l"]
+    assert a.nodes == ("a",) and a.num_gpus == 2
+    assert a.plan is not None and a.plan.get("zero_stage") == 2 and a.plan.get("offload_optimizer")

@@ -53,7 +53,7 @@ from planner.policies.mosaic.view import (
     DeclaredView,
     RestartRule,
 )
-from planner.policies.rubick.curves import CurveBook, JobCurve, job_curve
+from planner.policies.rubick.curves import CurveBook, JobCurve, Shape, job_curve
 from planner.policies.rubick.policy import (
     book_for,
     privileged,
@@ -194,7 +194,7 @@ class _Curves(Mapping[str, JobCurve | None]):
         self._book = book
         self._jobs = {j.id: j for j in snapshot.jobs}
         self._memo: dict[str, JobCurve | None] = {}
-        self._shapes: dict[tuple[str, ...], tuple[int, float]] = {}
+        self._shapes: dict[tuple[str, ...], Shape] = {}
 
     def __getitem__(self, job_id: str) -> JobCurve | None:
         if job_id not in self._memo:

@@ -32,6 +32,11 @@ fits at the requested counts. This stage then, with ``resources`` on:
    CPUs (2x or 4x per GPU) when that raises its throughput by more than ``min_gain`` (ZeRO-Offload
    runs its optimizer on the CPU); memory follows the GPUs (proportional share).
 
+Where the stage knows on which nodes a job runs (admission onto free GPUs, growth on its
+nodes, the plan and CPU choice), a plan must fit one GPU of those nodes (their own
+``gpu_mem_gb``, else their type's in the GPU catalog; the smallest where they differ);
+elsewhere the job's curve prices it on the node it is shaped on (:mod:`.curves`).
+
 A running job is only *reconfigured* (grown, shrunk for another job's gain, given another plan
 or other CPUs) when its restart does not eat the gain: Rubick "considers to reconfigure a job
 only if the value of (T - N·δ)/T exceeds a threshold", ``T`` the job's training time so far,
@@ -53,11 +58,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from planner.cluster import gpu_mem_gb_of
 from planner.execplan import PlanError, plan_from_mapping, plan_to_mapping, replan
 from planner.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
 from planner.policies.common import options_reader
 from planner.policies.elastic import keeps_its_gpus
-from planner.policies.rubick.curves import CurveBook, JobCurve, Point, even_nodes, job_curve, layout
+from planner.policies.rubick.curves import CurveBook, JobCurve, Point, Shape, even_nodes, job_curve, layout
 from planner.policies.rubick.policy import book_for, neutral_slope, privileged, quotas_of, rubick_usage
 from planner.policies.shaping import proportional_share
 from planner.registry import StageContext
@@ -146,7 +152,7 @@ class RubickAllocation:
         GPUs back in the same round (:class:`planner.stages.HoldBack`). An elastic job with
         another feasible count waits for this stage's admission (step 1); any other can never
         run here."""
-        shapes: dict[tuple[str, ...], tuple[int, float]] = {}
+        shapes: dict[tuple[str, ...], Shape] = {}
         out: dict[str, Outcome] = {}
         for job in ordered:
             if job.is_running:
@@ -162,7 +168,7 @@ class RubickAllocation:
         return out
 
     def reconfigure(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft:
-        shapes: dict[tuple[str, ...], tuple[int, float]] = {}
+        shapes: dict[tuple[str, ...], Shape] = {}
         curves = {j.id: job_curve(self.book, j, snapshot, self.plans, shapes) for j in ordered}
         if all(c is None for c in curves.values()) and not any(j.elastic for j in ordered):
             return draft
@@ -210,6 +216,15 @@ class _Work:
         self.evicted: list[tuple[str, int]] = []  # (job, GPUs it was drafted with), in eviction order
 
     # -- demands ----------------------------------------------------------------------
+    def _gpu_mem(self, node_names: Sequence[str]) -> float | None:
+        """Memory of one GPU on the nodes named (the smallest); ``None``: one of them is of a
+        type the catalog does not know (the job's curve prices it as it would anyway)."""
+        nodes = self.snapshot.nodes_by_name
+        found = [gpu_mem_gb_of(nodes[n]) for n in dict.fromkeys(node_names) if n in nodes]
+        if not found or any(m is None for m in found):
+            return None
+        return min(m for m in found if m is not None)
+
     def _floor(self, job: Job) -> int:
         """The fewest GPUs the job may hold: minRes for a privileged job, else its minimum."""
         low = job.gpu_range[0]
@@ -290,8 +305,10 @@ class _Work:
         if slots is None:
             return None
         curve = self.curves[job.id]
-        if curve is not None and not self._meets(job, curve.best(count, len({n for n, _ in slots}))):
-            return None
+        if curve is not None:
+            names = [n for n, _ in slots]
+            if not self._meets(job, curve.best(count, len(set(names)), gpu_mem_gb=self._gpu_mem(names))):
+                return None
         return slots
 
     def _make_room(self, job: Job, need: int) -> tuple[GpuSlot, ...] | None:
@@ -727,7 +744,9 @@ class _Work:
             return False
         a = self.assignments[job.id]
         curve = self.curves[job.id]
-        return curve is not None and not self._meets(job, curve.best(a.num_gpus, len(a.nodes)))
+        return curve is not None and not self._meets(
+            job, curve.best(a.num_gpus, len(a.nodes), gpu_mem_gb=self._gpu_mem(a.nodes))
+        )
 
     def _relaunching(self, job: Job) -> bool:
         """The job restarts this round whatever this stage does (new, or on other GPUs than it
@@ -762,13 +781,14 @@ class _Work:
         assert curve is not None
         have = per_node[nodes[0]]
         room = min(len(self.free.gpus[n]) for n in nodes)
+        gpu_mem = self._gpu_mem(nodes)
         best = a.num_gpus
-        best_tput = curve.best(best, len(nodes))
+        best_tput = curve.best(best, len(nodes), gpu_mem_gb=gpu_mem)
         current = best_tput.throughput if best_tput is not None else 0.0
         for count in range(a.num_gpus + 1, job.gpu_range[1] + 1):
             if count % len(nodes) or count // len(nodes) - have > room:
                 continue
-            p = curve.best(count, len(nodes))
+            p = curve.best(count, len(nodes), gpu_mem_gb=gpu_mem)
             if p is None or (floor is not None and count < floor):
                 continue
             if (floor is not None and best < floor) or p.throughput > current * (1 + self.stage.min_gain):
@@ -820,7 +840,7 @@ class _Work:
         if curve is None or curve.space == curve.own:
             return
         cpus = a.cpus / a.num_gpus if a.cpus else curve.cpus_per_gpu
-        point = curve.best(a.num_gpus, len(a.nodes), cpus)
+        point = curve.best(a.num_gpus, len(a.nodes), cpus, self._gpu_mem(a.nodes))
         if point is None:
             return
         self.assignments[job.id] = self._keep_or(job, a, point, a.cpus, cpus)
@@ -834,7 +854,8 @@ class _Work:
             return
         nodes = len(a.nodes)
         per_gpu = cpus / a.num_gpus
-        best = curve.best(a.num_gpus, nodes, per_gpu)
+        gpu_mem = self._gpu_mem(a.nodes)
+        best = curve.best(a.num_gpus, nodes, per_gpu, gpu_mem)
         total = cpus
         if job.elastic and self.stage.cpus and self.stage.resources and nodes == 1 and best is not None:
             node = a.nodes[0]
@@ -842,7 +863,7 @@ class _Work:
                 extra = cpus * factor - cpus
                 if extra > left[node]:
                     break
-                more = curve.best(a.num_gpus, 1, per_gpu * factor)
+                more = curve.best(a.num_gpus, 1, per_gpu * factor, gpu_mem)
                 if more is not None and more.throughput > best.throughput * (1 + self.stage.min_gain):
                     best, total = more, cpus * factor
             left[node] -= total - cpus
@@ -863,7 +884,7 @@ class _Work:
             return new
         curve = self.curves[job.id]
         assert curve is not None
-        current = _price(curve, job, old)
+        current = _price(curve, job, old, self._gpu_mem(old.nodes))
         if current is not None and _same_plan(old, point, job) and old.cpus == cpus:
             return Assignment(a.gpus, old.cpus, a.mem_gb, old.plan, a.shares_with)
         if self.stage._may(job) and (
@@ -879,8 +900,9 @@ class _Work:
         return Draft({j: self.assignments[j] for j in ids}, self.outcomes)
 
 
-def _price(curve: JobCurve, job: Job, a: Assignment) -> float | None:
-    """Throughput of ``job`` as it runs (its plan on its GPUs, nodes and CPUs)."""
+def _price(curve: JobCurve, job: Job, a: Assignment, gpu_mem_gb: float | None) -> float | None:
+    """Throughput of ``job`` as it runs (its plan on its GPUs, nodes and CPUs, GPUs of
+    ``gpu_mem_gb``, ``None``: the curve's)."""
     plan = _own_plan(job, a.num_gpus, a.plan)
     if plan is None:
         return None
@@ -894,6 +916,7 @@ def _price(curve: JobCurve, job: Job, a: Assignment) -> float | None:
                 per_gpu,
             )
         ],
+        curve.gpu_mem_gb if gpu_mem_gb is None else gpu_mem_gb,
     )
     return None if times[0] is None else curve.batch / times[0]
 

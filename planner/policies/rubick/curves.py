@@ -8,6 +8,12 @@ batch and plan space, the best plan and its throughput (samples per second) at `
 fitted performance model plus the memory check). Answers are memoised: "the curves can be
 computed ... prior to the scheduling, and then cached for reuse" (§5.2).
 
+A plan fits when its memory estimate fits one GPU of the node the job runs on: the curve's
+own (:func:`node_shape`: the largest node of a type the job accepts, its own ``gpu_mem_gb`` or
+its type's in the GPU catalog), or, where the stage knows the job's nodes, theirs
+(``gpu_mem_gb`` of :meth:`JobCurve.best`). A node of a type the catalog does not know is
+priced with the pricer's default, the A800's 80 GB its measurements come from.
+
 :class:`JobCurve` is one job's view: its plan space (the plans it lets the scheduler choose,
 see :func:`job_curve`), the layout of ``g`` GPUs on its nodes, its reference throughput (the
 submitted plan on the requested GPUs: what a guaranteed job is promised, §5.1) and the slopes
@@ -24,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner.cluster import gpu_mem_gb_of
 from planner.execplan import ExecPlan, PlanError, plan_from_mapping, replan
 from planner.model import Job, Snapshot
 from planner.policies.rubick.plans import candidate_plans
@@ -35,6 +42,8 @@ Space = tuple[str, tuple[FrozenPlan, ...]]
 SEARCH: Space = ("search", ())
 TIE = 1e-6
 """Relative throughput difference under which two plans' predictions are a tie."""
+Shape = tuple[int, float, float | None]
+"""A node's GPUs, CPUs per GPU and GPU memory (``None``: the pricer's default)."""
 
 
 def given(*plans: Mapping[str, Any] | None) -> Space:
@@ -91,27 +100,38 @@ class CurveBook:
         cpus: float,
         requested: int,
         low: int = 1,
+        gpu_mem_gb: float | None = None,
     ) -> JobCurve:
         """The (memoised) curves of a job of this model, batch, plan space, request and
-        fewest GPUs it accepts (``low``)."""
-        key = (model, batch, space, own, gpn, cpus, requested, low)
+        fewest GPUs it accepts (``low``), on GPUs of ``gpu_mem_gb`` (``None``: the pricer's)."""
+        key = (model, batch, space, own, gpn, cpus, requested, low, gpu_mem_gb)
         found = self._curves.get(key)
         if found is None:
-            draft = JobCurve(self, model, batch, space, own, gpn, cpus, requested, None, low)
+            draft = JobCurve(self, model, batch, space, own, gpn, cpus, requested, None, low, gpu_mem_gb)
             point = draft.own_at(requested)
             target = None if point is None else point.throughput
-            found = JobCurve(self, model, batch, space, own, gpn, cpus, requested, target, low)
+            found = JobCurve(self, model, batch, space, own, gpn, cpus, requested, target, low, gpu_mem_gb)
             self._curves[key] = found
         return found
 
-    def best(self, model: str, batch: int, space: Space, gpus: int, nodes: int, cpus: float) -> Point | None:
-        """The fastest feasible plan of ``space`` on ``gpus`` GPUs over ``nodes`` nodes; ties: first."""
+    def best(
+        self,
+        model: str,
+        batch: int,
+        space: Space,
+        gpus: int,
+        nodes: int,
+        cpus: float,
+        gpu_mem_gb: float | None = None,
+    ) -> Point | None:
+        """The fastest plan of ``space`` on ``gpus`` GPUs over ``nodes`` nodes that fits GPUs of
+        ``gpu_mem_gb`` (``None``: the pricer's); ties: first."""
         nodes = even_nodes(gpus, nodes)
-        key = (model, batch, space, gpus, nodes, cpus)
+        key = (model, batch, space, gpus, nodes, cpus, gpu_mem_gb)
         if key in self._best:
             return self._best[key]
         plans = self.plans(model, batch, space, gpus, gpus // nodes)
-        times = self.pricer.iteration_times(model, [(p, nodes, cpus) for p in plans])
+        times = self.pricer.iteration_times(model, [(p, nodes, cpus) for p in plans], gpu_mem_gb)
         best: Point | None = None
         for plan, t in zip(plans, times, strict=True):
             if t is not None and (best is None or batch / t > best.throughput):
@@ -176,28 +196,35 @@ class JobCurve:
     """Throughput of the submitted plan on the requested GPUs; ``None``: it does not fit memory."""
     low: int = 1
     """The fewest GPUs the job accepts: counts below it are not on its curve."""
+    gpu_mem_gb: float | None = None
+    """Memory of one GPU of the node the curve is shaped on (``None``: the pricer's)."""
     _memo: dict[tuple[Any, ...], Any] = field(default_factory=dict, compare=False, repr=False)
 
-    def best(self, gpus: int, nodes: int | None = None, cpus: float | None = None) -> Point | None:
+    def best(
+        self, gpus: int, nodes: int | None = None, cpus: float | None = None, gpu_mem_gb: float | None = None
+    ) -> Point | None:
+        """The best plan at ``gpus`` GPUs on ``nodes`` nodes with ``cpus`` per GPU, on GPUs of
+        ``gpu_mem_gb`` (each defaults to the curve's own)."""
         nodes = layout(gpus, self.gpus_per_node) if nodes is None else nodes
         if nodes is None or gpus < 1:
             return None
         c = self.cpus_per_gpu if cpus is None else cpus
-        key = ("best", gpus, nodes, c)
+        mem = self.gpu_mem_gb if gpu_mem_gb is None else gpu_mem_gb
+        key = ("best", gpus, nodes, c, mem)
         if key not in self._memo:
-            self._memo[key] = self._best(gpus, nodes, c)
+            self._memo[key] = self._best(gpus, nodes, c, mem)
         found: Point | None = self._memo[key]
         return found
 
-    def _best(self, gpus: int, nodes: int, c: float) -> Point | None:
-        best = self.book.best(self.model, self.batch, self.space, gpus, nodes, c)
+    def _best(self, gpus: int, nodes: int, c: float, mem: float | None) -> Point | None:
+        best = self.book.best(self.model, self.batch, self.space, gpus, nodes, c, mem)
         if self.space == self.own:
             return best
         # The submitted plan is always a candidate (a searched space may lack its exact shape),
         # and wins a tie: a plan the model prices the same (ZeRO-1 and ZeRO-2 move the same
         # volume) is no reason to run otherwise than the user asked, and which of two equal
         # predictions is larger in the last bits depends on the CPU's floating-point kernels.
-        own = self.book.best(self.model, self.batch, self.own, gpus, nodes, c)
+        own = self.book.best(self.model, self.batch, self.own, gpus, nodes, c, mem)
         if own is not None and (best is None or own.throughput >= best.throughput * (1 - TIE)):
             return own
         return best
@@ -208,7 +235,7 @@ class JobCurve:
         if nodes is None:
             return None
         c = self.cpus_per_gpu if cpus is None else cpus
-        return self.book.best(self.model, self.batch, self.own, gpus, nodes, c)
+        return self.book.best(self.model, self.batch, self.own, gpus, nodes, c, self.gpu_mem_gb)
 
     def counts(self, high: int, low: int) -> list[int]:
         """Counts in ``[low, high]``, largest first, with a feasible plan (memoised)."""
@@ -286,16 +313,18 @@ class JobCurve:
 
 
 def node_shape(
-    snapshot: Snapshot, types: tuple[str, ...], shapes: dict[tuple[str, ...], tuple[int, float]] | None = None
-) -> tuple[int, float]:
-    """GPUs per node and CPUs per GPU of the largest node of one of ``types`` (empty: any)."""
+    snapshot: Snapshot, types: tuple[str, ...], shapes: dict[tuple[str, ...], Shape] | None = None
+) -> Shape:
+    """GPUs per node, CPUs per GPU and GPU memory of the largest node of one of ``types``
+    (empty: any)."""
     if shapes is not None and types in shapes:
         return shapes[types]
-    best: tuple[int, float] = (1, 1.0)
+    best: Shape = (1, 1.0, None)
     found = False
     for node in snapshot.nodes:
         if (not types or node.gpu_type in types) and (not found or node.gpus > best[0]):
-            best, found = (node.gpus, max(1.0, float(node.cpus // max(1, node.gpus)))), True
+            cpus = max(1.0, float(node.cpus // max(1, node.gpus)))
+            best, found = (node.gpus, cpus, gpu_mem_gb_of(node)), True
     if shapes is not None:
         shapes[types] = best
     return best
@@ -306,7 +335,7 @@ def job_curve(
     job: Job,
     snapshot: Snapshot,
     search_plans: bool,
-    shapes: dict[tuple[str, ...], tuple[int, float]] | None = None,
+    shapes: dict[tuple[str, ...], Shape] | None = None,
 ) -> JobCurve | None:
     """The job's curves, or ``None`` when the pricer cannot price it (unknown model or batch).
 
@@ -333,5 +362,5 @@ def job_curve(
         space = SEARCH
     else:
         space = given(plan)
-    gpn, cpus = node_shape(snapshot, job.accepted_types, shapes)
-    return book.curve(job.model, batch, space, submitted, gpn, cpus, job.num_gpus, job.gpu_range[0])
+    gpn, cpus, mem = node_shape(snapshot, job.accepted_types, shapes)
+    return book.curve(job.model, batch, space, submitted, gpn, cpus, job.num_gpus, job.gpu_range[0], mem)

@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Self
 
 from planner.model import Job, Snapshot
 from planner.policies.common import arrival_key, options_reader
-from planner.policies.rubick.curves import CurveBook, JobCurve, job_curve, layout
+from planner.policies.rubick.curves import CurveBook, JobCurve, Shape, job_curve, layout
 from planner.registry import StageContext
 from planner.stages import ORDERINGS
 from profiles.plan_correction import PlanTime, corrected, plan_times
@@ -185,7 +185,7 @@ class RubickOrdering:
         )
 
     def order(self, snapshot: Snapshot) -> Sequence[Job]:
-        shapes: dict[tuple[str, ...], tuple[int, float]] = {}
+        shapes: dict[tuple[str, ...], Shape] = {}
         curves = {j.id: job_curve(self.book, j, snapshot, self.plans, shapes) for j in snapshot.jobs}
         chosen = privileged(snapshot.jobs, self.quotas, rubick_usage(curves)) if self.guarantees else set()
         first = sorted((j for j in snapshot.jobs if j.id in chosen), key=running_first)

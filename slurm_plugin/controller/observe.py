@@ -29,6 +29,7 @@ from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.layout import TaskLayout, layout_of
 from slurm_plugin.directives import SUBMISSION, decode_comment
 from slurm_plugin.slurm.parse import SlurmJob, SlurmNode
+from slurm_plugin.slurm.sacct_trace import named_gpu_mem_gb
 from slurm_plugin.store import JobRecord
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,7 @@ def build_observation(
             gpu_type=node_gpu_type(n, config),
             cpus=max(0, n.cpus - cpu_taken.get(n.name, 0)),
             mem_gb=max(0.0, n.mem_mb / 1024 - mem_taken.get(n.name, 0.0)),
+            gpu_mem_gb=named_gpu_mem_gb(n),
         )
         for n in sorted(usable.values(), key=lambda n: _natural(n.name))
     )

@@ -411,6 +411,21 @@ class NodeShape:
     gpu_type: str
     cpus: int
     mem_gb: float
+    gpu_mem_gb: float | None = None
+
+
+_GB = re.compile(r"^(\d+(?:\.\d+)?)gb?$")
+
+
+def named_gpu_mem_gb(node: parse.SlurmNode) -> float | None:
+    """GPU memory in GB where Slurm names it: a word ``<N>gb`` or ``<N>g`` of the GRES type (as
+    NVML autodetection names GPUs, ``gpu:nvidia_a100-sxm4-80gb:8`` -> 80; or ``gpu:a100_80g:8``);
+    ``None`` when it names none, or two different sizes. Slurm reports no GPU memory otherwise,
+    and node features are not read for it (``100g`` there is as likely a network)."""
+    words = re.split(r"[^a-z0-9.]+", node.gres_gpu_type.lower())
+    sizes = {float(m.group(1)) for w in words if (m := _GB.match(w)) is not None}
+    size = sizes.pop() if len(sizes) == 1 else None
+    return size if size is not None and size > 0 else None
 
 
 def node_gpu_type(node: parse.SlurmNode, known_types: Iterable[str], default: str = DEFAULT_GPU_TYPE) -> str:
@@ -448,6 +463,7 @@ def cluster_toml(
             node_gpu_type(node, known, default_gpu_type),
             max(1, node.cpus),
             round(node.mem_mb / 1024, 3),
+            named_gpu_mem_gb(node),
         )
         groups.setdefault(shape, []).append(node.name)
     lines = [f"# From {source}: {sum(len(v) for v in groups.values())} GPU nodes in {len(groups)} group(s)."]
@@ -464,6 +480,8 @@ def cluster_toml(
             f"cpus = {shape.cpus}",
             f"mem_gb = {shape.mem_gb:g}",
         ]
+        if shape.gpu_mem_gb is not None:
+            lines.append(f"gpu_mem_gb = {shape.gpu_mem_gb:g}")
     return "\n".join(lines) + "\n", left_out
 
 

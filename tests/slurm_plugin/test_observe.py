@@ -240,5 +240,9 @@ def test_a_node_of_an_unknown_gpu_type_keeps_the_name_slurm_gives_it(slurm, capl
     assert {n.gres_gpu_type for n in typed} == {"rtx4090"}
     obs = build_observation(2e9, jobs, typed, {}, CONFIG)
     assert {n.gpu_type for n in obs.snapshot.nodes} == {"rtx4090"}
+    assert {n.gpu_mem_gb for n in obs.snapshot.nodes} == {None}  # Slurm does not say
+    named = [replace(n, gres_gpu_type="nvidia_a100-sxm4-80gb") for n in typed]
+    seen = build_observation(2e9, jobs, named, {}, CONFIG).snapshot.nodes
+    assert {(n.gpu_type, n.gpu_mem_gb) for n in seen} == {("a100", 80.0)}
     plan = plan_round(obs.snapshot, build_scheduler(preset("mosaic")))
     assert plan.assignments

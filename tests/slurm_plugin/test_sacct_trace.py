@@ -24,6 +24,7 @@ from slurm_plugin.slurm.sacct_trace import (
     anonymous,
     cluster_toml,
     format_site_trace,
+    named_gpu_mem_gb,
     trace_from_sacct,
 )
 
@@ -280,6 +281,33 @@ def test_gres_types_features_and_nodes_without_gpus():
     types = [n.gpu_type for n in cluster_from_toml(text, "t")]
     assert types == ["h100", "l40s", "rack7", "mystery", 'odd"\\\x01\U0001f600']
     assert left_out == {"no GPU": 1}
+
+
+@pytest.mark.parametrize(
+    ("gres", "gb"),
+    [
+        ("nvidia_a100-sxm4-80gb", 80.0),  # NVML autodetection's names
+        ("nvidia_h100_80gb_hbm3", 80.0),
+        ("tesla_v100-sxm2-32gb", 32.0),
+        ("a100_40g", 40.0),
+        ("a100", None),
+        ("", None),
+        ("x_40gb_80gb", None),  # two sizes: neither
+    ],
+)
+def test_gpu_memory_is_read_where_the_gres_type_names_it(gres, gb):
+    node = parse.parse_sinfo_json((DATA / "sinfo.json").read_text())[0]
+    assert named_gpu_mem_gb(dataclasses.replace(node, gres_gpu_type=gres, features=("100g",))) == gb
+
+
+def test_a_named_gpu_memory_reaches_the_cluster_toml():
+    node = parse.parse_sinfo_json((DATA / "sinfo.json").read_text())[0]
+    nodes = [
+        dataclasses.replace(node, name="g1", gres_gpu_type="nvidia_a100-sxm4-80gb"),
+        dataclasses.replace(node, name="g2", gres_gpu_type="a100"),
+    ]
+    text, _ = cluster_toml(nodes, ("a100",))
+    assert [n.gpu_mem_gb for n in cluster_from_toml(text, "t")] == [80.0, None]
 
 
 # -- the commands -------------------------------------------------------------------------------

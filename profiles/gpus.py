@@ -54,6 +54,12 @@ class GpuCatalog:
         """The type ``gpu_type`` names (any case); ``None``: not in the catalog."""
         return None if gpu_type is None else self.types.get(gpu_type.lower())
 
+    def type_named_by(self, feature: str) -> str:
+        """The type whose Slurm name (GRES type / node feature) is ``feature`` (any case); a
+        name no type has is returned lower-cased, as it is."""
+        name = feature.lower()
+        return next((t.name for t in self.types.values() if t.slurm_feature == name), name)
+
     def mem_gb(self, gpu_type: str | None) -> float | None:
         """Memory of one GPU of ``gpu_type``; ``None`` for a type the catalog does not know."""
         found = self.get(gpu_type)

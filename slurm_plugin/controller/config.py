@@ -22,21 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import ConfigError
+from profiles.gpus import catalog
 
-DEFAULT_GPU_TYPES = (
-    "h200",
-    "h100",
-    "h800",
-    "a100",
-    "a800",
-    "l40s",
-    "a40",
-    "a10",
-    "v100",
-    "p100",
-    "t4",
-    "k80",
-)
+DEFAULT_GPU_TYPES = tuple(t.slurm_feature for t in catalog().types.values())
+"""The node features that name a GPU type: the GPU catalog's (``profiles/builtin/gpus.toml``)."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import Any
 from planner.errors import InputError
 from planner.execplan import plan_from_mapping
 from planner.model import Assignment, Job, JobState, Node, Snapshot, demand_problem
+from profiles.gpus import catalog
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.layout import TaskLayout, layout_of
 from slurm_plugin.directives import SUBMISSION, decode_comment
@@ -279,7 +280,7 @@ def node_gpu_type(node: SlurmNode, config: ControllerConfig) -> str:
     operator set one; else ``unknown`` (logged once per node), never a type it may not have."""
     for feature in node.features:
         if feature.lower() in config.gpu_types:
-            return feature.lower()
+            return catalog().type_named_by(feature)
     gres = node.gres_gpu_type.lower()
     if gres:
         known = [t for t in re.split(r"[^a-z0-9]+", gres) if t in config.gpu_types]

@@ -60,6 +60,8 @@ def test_parse_reads_every_field_and_defaults_the_slurm_name():
     assert c.types["a100"].slurm_feature == "a100_40g"
     assert c.types["a100"].peak_tflops is None and c.types["a100"].gpus_per_node is None
     assert c.get("A100") is c.types["a100"]
+    assert c.type_named_by("A100_40G") == "a100" and c.type_named_by("V100") == "v100"
+    assert c.type_named_by("Mystery") == "mystery"
 
 
 @pytest.mark.parametrize(

@@ -1,22 +1,28 @@
-"""Keep in place: hand a round's slots back to the running jobs that held them.
+"""Keep in place: a round's GPUs handed back to the running jobs that held them.
 
-A round's stages decide *which* GPU sets run rigid jobs and *which* rigid jobs run; which of
-those jobs gets which set is, for jobs of the same GPU count, a free choice that costs a
-restart whenever a running job lands on a set other than its own. The stages make that choice
-one job at a time, so it is often a chain: the placement displaces the lowest-ranked holder
-for a job that lost its GPUs, the displaced job takes the next one's, and a later stage frees
-GPUs that would have done for the first job (on the mixed workload of ``benchmarks/mosaic.py``
-a third of ``mosaic``'s restarts were such chains of one-GPU jobs).
+The stages of a round decide one job at a time, and each decision is final for the stages
+before it, so a round may restart running jobs that its own end result did not need to:
 
-This pass undoes the chains after the round is decided. For the rigid jobs the round moved or
-started, grouped by GPU count, it reassigns the group's GPU sets to the group's jobs with the
-Hungarian algorithm so that as many running jobs as possible get their own set back, each job
-on a set of a GPU type it accepts; a job that gets its own set back keeps its running
-assignment (CPUs and memory too) where the nodes have room, else the round's CPUs and memory.
-The jobs that run, the GPU sets in use and every job's GPU count are the round's; only which
-rigid job holds which set changes. It is Tesserae's migration minimisation (§4.1, Algorithm 2)
-at the level of jobs rather than node labels: a job may move between nodes of different shape
-or type, which relabelling cannot do, because the job itself accepts the set it is given.
+* the placement displaces the lowest-ranked holder for a job that lost its GPUs, the displaced
+  job takes the next one's, and a later stage frees GPUs that would have done for the first;
+* the placement stops a running job for a higher-ranked one that Crius or Rubick then moves
+  elsewhere, and the GPUs go to a lower-ranked arrival.
+
+On the mixed workload of ``benchmarks/mosaic.py`` these were a third of ``mosaic``'s restarts.
+This pass ends the round and undoes them, in two steps:
+
+1. **Resume.** In priority order, a running job the round stopped for want of GPUs resumes as
+   it ran where its GPUs are idle or were given only to jobs that start this round and rank
+   below it (those wait), and its CPUs and memory fit: a running job is stopped only for a
+   job ranked above it, which is what the ordering says.
+2. **Give sets back.** For the rigid best-effort jobs the round moved or started, grouped by
+   GPU count, the group's GPU sets are reassigned to its jobs with the Hungarian algorithm so
+   that as many running jobs as possible get their own set back, each on a GPU type it
+   accepts. A job back on its own set keeps its running CPUs and memory where the nodes have
+   room, else it takes the round's. The GPU sets in use and every job's GPU count stay the
+   round's. This is Tesserae's migration minimisation (§4.1, Algorithm 2) at the level of jobs
+   rather than node labels: a job may move between nodes of different shape or type, which a
+   relabelling cannot do, because the job accepts any set of its size and type.
 """
 
 from __future__ import annotations

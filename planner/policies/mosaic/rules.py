@@ -28,6 +28,11 @@ CPUs and memory of every      Synergy-Tune (the shaping stage), on the node the 
 other job                     a later stage's job took CPUs or memory Tune had given a
                               neighbour beyond its proportional share, that neighbour is
                               switched back toward its share (Tune's own rule 2, §4.2)
+which job holds which set     the end of the reconfiguration stage (:mod:`planner.policies.keep`):
+(running jobs, last)          a running job stopped for want of GPUs resumes where its GPUs are
+                              idle or went only to lower-ranked arrivals (they wait), and
+                              rigid best-effort jobs of one GPU count get their own sets back;
+                              counts, types, plans and the GPU sets in use stay the round's
 physical GPU labels           Tesserae's relabelling, last (it moves labels, never shapes)
 ============================  ==============================================================
 

@@ -104,6 +104,19 @@ def live(slurm_cluster: Cluster) -> Iterator[Cluster]:
     lifecycle.wait_jobs_gone(slurm_cluster, 20.0)
 
 
+@pytest.fixture
+def hetero(slurm_cluster_of: Callable[[str], Cluster]) -> Iterator[Cluster]:
+    """The session's heterogeneous cluster (n1, n2: 4 a100 each; n3, n4: 4 v100 each), emptied
+    of jobs after the test."""
+    from slurm_plugin.slurm.runner import run
+    from slurm_plugin.testcluster import lifecycle
+
+    cluster = slurm_cluster_of("hetero")
+    yield cluster
+    run(["scancel", "--user=root"], env=cluster.env, check=False)
+    lifecycle.wait_jobs_gone(cluster, 20.0)
+
+
 LIVE_FIXTURES = frozenset({"slurm_cluster", "slurm_cluster_of", "live"})
 JOB_MODULES = frozenset(
     {"test_resharding", "test_deepspeed", "test_launch", "test_mosaic_run", "test_render"}

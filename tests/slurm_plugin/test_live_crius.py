@@ -25,7 +25,6 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -34,7 +33,6 @@ from planner.execplan import plan_from_mapping
 from slurm_plugin import planfile
 from slurm_plugin.controller.loop import TickReport
 from slurm_plugin.slurm.parse import SlurmJob
-from slurm_plugin.testcluster import lifecycle
 from slurm_plugin.testcluster.lifecycle import Cluster
 from tests.slurm_plugin.live_helpers import config_for, controller, jobs, submit_job, wait_for, write_script
 from tests.wrapper.jobs import losses, uninterrupted_losses
@@ -47,15 +45,6 @@ BIN = Path(sys.executable).parent
 STEPS = 24
 GLOBAL_BATCH = 256  # a batch Crius's table measured wide_resnet_1B at
 TOLERANCE = 1e-4
-
-
-@pytest.fixture
-def hetero(slurm_cluster_of: Callable[[str], Cluster]) -> Iterator[Cluster]:
-    """The session's heterogeneous cluster (n1, n2: a100; n3, n4: v100), emptied after the test."""
-    cluster = slurm_cluster_of("hetero")
-    yield cluster
-    subprocess.run(["scancel", "--user=root"], env={**os.environ, **cluster.env}, check=False)
-    lifecycle.wait_jobs_gone(cluster, 20.0)
 
 
 def _torch_job(directory: Path, log: Path, out: Path) -> Path:

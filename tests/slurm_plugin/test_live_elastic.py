@@ -112,11 +112,6 @@ def _running(config) -> set[str]:
     return {j for j, sj in jobs(config).items() if sj.state in {"RUNNING", "PENDING", "COMPLETING"}}
 
 
-@pytest.fixture
-def hetero(slurm_cluster_of):
-    return slurm_cluster_of("hetero")  # n1, n2: a100; n3, n4: v100
-
-
 def test_a_job_asked_on_one_gpu_type_runs_on_another_it_accepts(hetero, tmp_path):
     config = config_for(hetero, tmp_path / "spool")
     ctl = controller(config, "elastic")

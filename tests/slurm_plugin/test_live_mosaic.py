@@ -32,7 +32,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -46,7 +45,6 @@ from slurm_plugin.controller.loop import Controller, TickReport
 from slurm_plugin.slurm.backend import CliSlurm
 from slurm_plugin.slurm.parse import SlurmJob
 from slurm_plugin.store import Store
-from slurm_plugin.testcluster import lifecycle
 from slurm_plugin.testcluster.lifecycle import Cluster
 from tests.slurm_plugin.live_helpers import config_for, jobs, submit_job, wait_for, write_script
 from tests.wrapper.jobs import losses, uninterrupted_losses
@@ -60,15 +58,6 @@ STEPS = 80
 GLOBAL_BATCH = 256  # a batch Crius's table measured wide_resnet_1B at
 TOLERANCE = 1e-4
 RESTART_COST_S = 0.5
-
-
-@pytest.fixture
-def hetero(slurm_cluster_of: Callable[[str], Cluster]) -> Iterator[Cluster]:
-    """The session's heterogeneous cluster (n1, n2: a100; n3, n4: v100), emptied after the test."""
-    cluster = slurm_cluster_of("hetero")
-    yield cluster
-    subprocess.run(["scancel", "--user=root"], env={**os.environ, **cluster.env}, check=False)
-    lifecycle.wait_jobs_gone(cluster, 20.0)
 
 
 def _torch_job(directory: Path, log: Path, out: Path) -> Path:

@@ -13,6 +13,7 @@ import json
 import logging
 import pwd
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from planner.codec import round_plan_from_json
@@ -70,7 +71,7 @@ def _simulated(args: argparse.Namespace) -> Explanation:
         state = "RUNNING" if seen[-1] is recorded.rounds[-1] else "finished (after its last round)"
     else:
         state = "PENDING"
-    facts = JobFacts(**{**job.__dict__, "state": state})
+    facts = replace(job, state=state)
     return explain(facts, recorded.rounds, recorded.jobs, recorded.nodes, recorded.quotas)
 
 
@@ -104,7 +105,7 @@ def _live(args: argparse.Namespace) -> Explanation:
             sj = by_id.get(j.id)
             facts[j.id] = _facts(j, sj.state if sj else None, _user(sj.user_id if sj else None))
             if sj is not None:
-                facts[j.id] = JobFacts(**{**facts[j.id].__dict__, "requeues": sj.requeues})
+                facts[j.id] = replace(facts[j.id], requeues=sj.requeues)
     for job_id, record in records.items():  # jobs Slurm no longer lists: the store's request
         if job_id not in facts:
             meta = record.meta or {}

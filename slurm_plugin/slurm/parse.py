@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import lru_cache
@@ -734,14 +734,31 @@ def parse_parsable(text: str, command: str = "sacct -P", delimiter: str = "|") -
     if not lines:
         return []
     header = lines[0].split(delimiter)
-    rows = []
-    pending: list[str] | None = None  # a row whose last field goes on after a line break
-    start = 0
 
-    def wrong(cells: list[str]) -> SlurmParseError:
+    def wrong(start: int, cells: list[str]) -> SlurmParseError:
         return SlurmParseError(f"{command}: line {start} has {len(cells)} fields, the header {len(header)}")
 
-    for k, line in enumerate(lines[1:], start=2):
+    return [
+        dict(zip(header, cells, strict=True))
+        for _, cells in parsable_records(lines[1:], len(header), delimiter, wrong, first_line=2)
+    ]
+
+
+def parsable_records(
+    lines: Sequence[str],
+    width: int,
+    delimiter: str,
+    wrong: Callable[[int, list[str]], SlurmParseError],
+    first_line: int = 1,
+) -> list[tuple[int, list[str]]]:
+    """Parsable lines (``sacct -P``'s, no header) -> (first line number, ``width`` fields) per
+    record. A field may hold a line break (a job's comment): a line with fewer fields goes on
+    on the next one, which works when the last field never holds one. ``wrong(line, fields)``
+    is the error for a record with more fields than ``width``, or one cut off at the end."""
+    records: list[tuple[int, list[str]]] = []
+    pending: list[str] | None = None  # a record whose last field goes on after a line break
+    start = 0
+    for k, line in enumerate(lines, start=first_line):
         if pending is None:
             if not line.strip():
                 continue
@@ -749,16 +766,16 @@ def parse_parsable(text: str, command: str = "sacct -P", delimiter: str = "|") -
         else:
             more = line.split(delimiter)
             cells = [*pending[:-1], pending[-1] + "\n" + more[0], *more[1:]]
-        if len(cells) > len(header):
-            raise wrong(cells)
-        if len(cells) < len(header):
+        if len(cells) > width:
+            raise wrong(start, cells)
+        if len(cells) < width:
             pending = cells
             continue
         pending = None
-        rows.append(dict(zip(header, cells, strict=True)))
+        records.append((start, cells))
     if pending is not None:
-        raise wrong(pending)
-    return rows
+        raise wrong(start, pending)
+    return records
 
 
 def tres_map(text: str) -> dict[str, str]:

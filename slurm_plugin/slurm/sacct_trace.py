@@ -49,7 +49,7 @@ from planner.traces.records import TraceJob
 from slurm_plugin.directives import decode_comment
 from slurm_plugin.slurm import parse
 from slurm_plugin.slurm.commands import SACCT_TRACE_FIELDS
-from slurm_plugin.slurm.parse import SlurmParseError
+from slurm_plugin.slurm.parse import SlurmParseError, parsable_records
 
 NEUTRAL_MODEL = "unknown"
 """The model of a job without Mosaic's metadata: no profile has this name, so the simulator
@@ -134,30 +134,17 @@ def split_records(
 
     A record with fewer fields than ``fields`` goes on after a line break (a comment's), which
     works as the last field never holds one; more fields than ``fields`` is an error."""
-    out: list[tuple[int, dict[str, str]]] = []
-    pending: list[str] | None = None
-    start = 0
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    for k, line in enumerate(lines, start=1):
-        if pending is None:
-            if not line.strip():
-                continue
-            cells, start = line.split(delimiter), k
-        else:
-            more = line.split(delimiter)
-            cells = [*pending[:-1], pending[-1] + "\n" + more[0], *more[1:]]
-        if len(cells) > len(fields):
-            raise SlurmParseError(f"{source}:{start}: {len(cells)} fields, expected {len(fields)}")
-        if len(cells) < len(fields):
-            pending = cells
-            continue
-        pending = None
-        out.append((start, dict(zip(fields, cells, strict=True))))
-    if pending is not None:
-        raise SlurmParseError(f"{source}:{start}: {len(pending)} fields, expected {len(fields)}")
-    return out
+
+    def wrong(start: int, cells: list[str]) -> SlurmParseError:
+        return SlurmParseError(f"{source}:{start}: {len(cells)} fields, expected {len(fields)}")
+
+    return [
+        (start, dict(zip(fields, cells, strict=True)))
+        for start, cells in parsable_records(lines, len(fields), delimiter, wrong)
+    ]
 
 
 class _Fields:

@@ -83,6 +83,7 @@ JOB_COLUMNS = (
     "duration_s",
     "attained_gpu_s",
     "ftf",
+    "tenant",
 )
 
 
@@ -288,6 +289,7 @@ def jobs_csv(records: Iterable[JobRecord], cluster_gpus: int) -> str:
                 _cell(r.duration_s),
                 _cell(r.attained_gpu_s),
                 _cell(r.ftf(cluster_gpus), digits=4),
+                r.tenant or "",
             ]
         )
     return out.getvalue()

@@ -11,6 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 from planner.errors import MosaicError
 from slurm_plugin.cli import (
     cluster_cmd,
+    compare_cmd,
     controller_cmd,
     demo_cmd,
     emulate_cmd,
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     controller_cmd.add_parsers(sub, common)
     emulate_cmd.add_parser(sub, common)
     report_cmd.add_parser(sub, common)
+    compare_cmd.add_parser(sub, common)
     explain_cmd.add_parser(sub, common)
     demo_cmd.add_parser(sub, common)
     perfmodel_cmd.add_parser(sub, common)

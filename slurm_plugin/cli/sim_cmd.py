@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from planner.errors import InputError
 from planner.explain import ROUNDS_FILE, rounds_header
 from planner.metrics import CLASS_KEYS, SUMMARY_KEYS, jobs_csv, tenant_summary
 from planner.model import RoundPlan
-from planner.sim import SimConfig, Simulator
+from planner.sim import SimConfig, Simulator, TimelinePoint
 from planner.sim.feasibility import describe, never_startable
 from planner.traces import parse_trace
 from profiles.store import ProfileStore
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 
 DEMO_CLUSTER = "demo_cluster.toml"
 DEMO_TRACE = "demo_trace.csv"
+# The cluster after every planning point: what `mosaic compare` draws utilisation over time from.
+TIMELINE_FILE = "timeline.csv"
 
 
 def add_parser(
@@ -39,8 +42,8 @@ def add_parser(
         "sim",
         parents=[common],
         help="simulate a trace on a cluster",
-        description="Replay a trace with the planner's own plan_round and write summary.json, jobs.csv "
-        "and plot.png. Without --cluster/--trace, runs the bundled demo (64 GPUs, 240 jobs).",
+        description="Replay a trace with the planner's own plan_round and write summary.json, jobs.csv, "
+        "timeline.csv and plot.png. Without --cluster/--trace, runs the bundled demo (64 GPUs, 240 jobs).",
     )
     p.add_argument("--cluster", metavar="TOML", help="cluster description (default: the bundled demo)")
     p.add_argument("--trace", metavar="CSV", help="job trace (default: the bundled demo trace)")
@@ -170,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
         summary["tenants"] = tenant_summary(result.records, summary.get("makespan_s"), quotas)
     write_json(out / "summary.json", summary)
     write_atomic(out / "jobs.csv", jobs_csv(result.records, simulator.total_gpus))
+    write_atomic(out / TIMELINE_FILE, timeline_csv(result.timeline))
     if args.record_rounds:
         write_atomic(out / ROUNDS_FILE, "\n".join(recorded) + "\n")
     if not args.no_plot:
@@ -179,11 +183,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_summary(summary))
         print(
-            f"wrote {out / 'summary.json'}, {out / 'jobs.csv'}"
+            f"wrote {out / 'summary.json'}, {out / 'jobs.csv'}, {out / TIMELINE_FILE}"
             + ("" if args.no_plot else f", {out / 'plot.png'}")
             + (f", {out / ROUNDS_FILE}" if args.record_rounds else "")
         )
     return 0
+
+
+def timeline_csv(timeline: Sequence[TimelinePoint]) -> str:
+    """``timeline.csv``: one row per planning point (time, busy GPUs, running and waiting jobs)."""
+    lines = ["time_s,busy_gpus,running,pending"]
+    lines += [f"{p.time_s:.3f},{p.busy_gpus},{p.running},{p.pending}" for p in timeline]
+    return "\n".join(lines) + "\n"
 
 
 def format_summary(summary: dict[str, Any]) -> str:

@@ -46,6 +46,17 @@ if [ -n "$slurm_missing" ]; then
              "(as root: apt-get install $SLURM_PACKAGES)" >&2
     fi
 fi
+# `mosaic compare`'s test opens its report.html in a real headless browser (Debian's chromium).
+if ! command -v chromium >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "setup: installing chromium for the report test" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+        echo "setup: chromium missing; the report's browser test will be skipped" \
+             "(as root: apt-get install chromium)" >&2
+    fi
+fi
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi

@@ -6,7 +6,9 @@ the free indices per node once ``taken`` slots are removed (sorted, no duplicate
 counts them per GPU type; :func:`consolidated_slots` is the consolidation rule every
 joint-allocation stage and ``mosaic resize`` use: a job that fits one node goes on one node
 (best fit: the fewest free GPUs that hold it, then the node name), a larger job spans the
-fewest nodes of **one** GPU type, the same count on each.
+fewest nodes of **one** GPU type, the same count on each. Its parts on nodes of one type
+(:func:`best_fit_node`, :func:`equal_spread`, :func:`consolidated_counts`) are also Crius's
+Cell fit and the baselines' per-type search.
 
 Stages whose bookkeeping differs keep the difference local on top of this core (the
 placement board's reservations and holder ranks, Synergy's CPU and memory pool, Crius's
@@ -63,6 +65,51 @@ class FreeSlots:
                 insort(free, k)
 
 
+PerNode = tuple[tuple[str, int], ...]
+"""GPUs per node, in node-name order."""
+
+
+def best_fit_node(avail: Sequence[tuple[int, str]], count: int) -> PerNode | None:
+    """``count`` GPUs on one node of ``avail`` ((free GPUs, name) per node, sorted): the one
+    with the fewest free GPUs that hold them (then by name); ``None`` if none does."""
+    for free, name in avail:
+        if free >= count:
+            return ((name, count),)
+    return None
+
+
+def equal_spread(avail: Sequence[tuple[int, str]], count: int, spread: int) -> PerNode | None:
+    """``count`` GPUs as ``spread`` equal shares on nodes of ``avail`` ((free GPUs, name) per
+    node, sorted): the first ``spread`` that hold a share (best fit); ``None`` if ``spread``
+    does not divide ``count`` or too few nodes hold a share."""
+    if count % spread:
+        return None
+    per = count // spread
+    group = [name for free, name in avail if free >= per]
+    if len(group) < spread:
+        return None
+    return tuple((name, per) for name in sorted(group[:spread]))
+
+
+def consolidated_counts(avail: Sequence[tuple[int, str]], count: int) -> PerNode | None:
+    """The consolidation rule on nodes of one type: one node (:func:`best_fit_node`), else the
+    fewest nodes with an equal share each (:func:`equal_spread`)."""
+    avail = sorted(avail)
+    one = best_fit_node(avail, count)
+    if one is not None:
+        return one
+    for spread in range(2, min(count, len(avail)) + 1):
+        found = equal_spread(avail, count, spread)
+        if found is not None:
+            return found
+    return None
+
+
+def first_free(counts: PerNode, free: Mapping[str, Sequence[int]]) -> tuple[GpuSlot, ...]:
+    """The lowest ``free`` indices of each node, as many as ``counts`` asks there."""
+    return tuple((name, k) for name, per in counts for k in free[name][:per])
+
+
 def consolidated_slots(
     snapshot: Snapshot, job: Job, count: int, free: Mapping[str, Sequence[int]]
 ) -> tuple[GpuSlot, ...] | None:
@@ -76,21 +123,15 @@ def consolidated_slots(
     that hold their share (best fit), then by name.
     """
     nodes = [n for n in snapshot.nodes if job.accepts_type(n.gpu_type)]
-    fits = sorted((len(free[n.name]), n.name) for n in nodes if len(free[n.name]) >= count)
-    if fits:
-        name = fits[0][1]
-        return tuple((name, k) for k in free[name][:count])
+    one = best_fit_node(sorted((len(free[n.name]), n.name) for n in nodes), count)
+    if one is not None:
+        return first_free(one, free)
+    by_type: dict[str, list[tuple[int, str]]] = {}
+    for n in nodes:
+        by_type.setdefault(n.gpu_type, []).append((len(free[n.name]), n.name))
     for spread in range(2, len(nodes) + 1):
-        if count % spread:
-            continue
-        per = count // spread
-        by_type: dict[str, list[tuple[int, str]]] = {}
-        for n in nodes:
-            if len(free[n.name]) >= per:
-                by_type.setdefault(n.gpu_type, []).append((len(free[n.name]), n.name))
         for gpu_type in sorted(by_type):
-            group = sorted(by_type[gpu_type])
-            if len(group) >= spread:
-                chosen = sorted(name for _, name in group[:spread])
-                return tuple((name, k) for name in chosen for k in free[name][:per])
+            found = equal_spread(sorted(by_type[gpu_type]), count, spread)
+            if found is not None:
+                return first_free(found, free)
     return None

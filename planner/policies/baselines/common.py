@@ -14,7 +14,7 @@ from typing import Any
 
 from planner.execplan import PlanError, plan_from_mapping, plan_to_mapping, replan
 from planner.model import Assignment, GpuSlot, Job, Snapshot
-from planner.slots import FreeSlots
+from planner.slots import FreeSlots, consolidated_counts, first_free
 
 
 class FreeGpus(FreeSlots):
@@ -79,21 +79,10 @@ def slots_on_type(
     """``count`` free GPUs of ``gpu_type`` for ``job``, consolidated (module docstring); ``None``
     if there are none. One node: best fit (the fullest node that still has room)."""
     nodes = [n for n in snapshot.nodes if n.gpu_type == gpu_type and job.accepts_type(gpu_type)]
-    fits = sorted((len(free.gpus[n.name]), n.name) for n in nodes if len(free.gpus[n.name]) >= count)
-    if fits:
-        name = fits[0][1]
-        return tuple((name, k) for k in free.gpus[name][:count])
-    if count <= largest_node(snapshot, job) and not job.elastic:
+    found = consolidated_counts([(len(free.gpus[n.name]), n.name) for n in nodes], count)
+    if found is None or (len(found) > 1 and count <= largest_node(snapshot, job) and not job.elastic):
         return None  # a rigid job that fits a node waits for one
-    for spread in range(2, len(nodes) + 1):
-        if count % spread:
-            continue
-        per = count // spread
-        group = sorted((len(free.gpus[n.name]), n.name) for n in nodes if len(free.gpus[n.name]) >= per)
-        if len(group) >= spread:
-            chosen = sorted(name for _, name in group[:spread])
-            return tuple((name, k) for name in chosen for k in free.gpus[name][:per])
-    return None
+    return first_free(found, free.gpus)
 
 
 def plan_on(job: Job, mapping: Mapping[str, Any] | None, gpus: int) -> Mapping[str, Any] | bool | None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from planner.model import GpuSlot, Job, Node
 from planner.policies.crius.cell import Cell, CellModel
-from planner.slots import free_gpus
+from planner.slots import consolidated_counts, free_gpus
 
 PerNode = tuple[tuple[str, int], ...]
 _EPS = 1e-9
@@ -290,20 +290,8 @@ def fit(
     may be taken too (an opportunistic job's, Crius §6.1).
     """
     if extra:
-        avail = sorted((free[n] + extra.get(n, 0), n) for n in names)
-    else:
-        avail = sorted((free[n], n) for n in names)
-    for a, name in avail:
-        if a >= count:
-            return ((name, count),)
-    for spread in range(2, min(count, len(avail)) + 1):
-        if count % spread:
-            continue
-        per = count // spread
-        group = [name for a, name in avail if a >= per]
-        if len(group) >= spread:
-            return tuple((name, per) for name in sorted(group[:spread]))
-    return None
+        return consolidated_counts([(free[n] + extra.get(n, 0), n) for n in names], count)
+    return consolidated_counts([(free[n], n) for n in names], count)
 
 
 def shrink_in_place(shape: Shape, count: int) -> Shape | None:

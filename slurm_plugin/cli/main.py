@@ -22,6 +22,7 @@ from slurm_plugin.cli import (
     profile_cmd,
     report_cmd,
     sim_cmd,
+    sweep_cmd,
     testcluster_cmd,
     trace_cmd,
 )
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo_cmd.add_parser(sub, common)
     perfmodel_cmd.add_parser(sub, common)
     profile_cmd.add_parser(sub, common)
+    sweep_cmd.add_parser(sub, common)
     return parser
 
 

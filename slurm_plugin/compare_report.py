@@ -144,7 +144,7 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2e
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
 table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; white-space: nowrap; }
-th { white-space: normal; } td .ci { color: #666; font-size: 0.85em; }
+th { white-space: normal; } td .ci { display: block; color: #666; font-size: 0.8em; }
 th { background: #f0f3f7; } td.name { text-align: left; font-weight: 600; }
 img { max-width: 100%; display: block; margin: 1em 0; }
 .note { color: #555; font-size: 0.9em; }

@@ -26,7 +26,7 @@ def add_parser(
         "compare",
         parents=[common],
         help="compare presets over seeds (a sweep directory or sim runs)",
-        description="Per preset and trace: the mean over seeds and a bootstrap 95%% interval of JCT "
+        description="Per preset and trace: the mean over seeds and a bootstrap 95% interval of JCT "
         "(average, p50, p99), queueing delay, makespan, GPU utilisation and restarts, also per "
         "tenant; JCT and queueing-delay CDFs and utilisation over time. Reads one `mosaic sweep` "
         "directory or several `mosaic sim --out` directories. Writes summary.csv, PNGs and one "
@@ -34,7 +34,9 @@ def add_parser(
     )
     p.add_argument("runs", nargs="+", metavar="DIR|RUN", help="a sweep directory, or sim output directories")
     p.add_argument(
-        "--out", metavar="DIR", help="where to write (default: compare/ inside the sweep directory)"
+        "--out",
+        metavar="DIR",
+        help="where to write (default: DIR/compare for a sweep directory, ./compare for runs)",
     )
     p.set_defaults(run=run)
 

@@ -234,6 +234,16 @@ def test_the_jobs_table_carries_the_tenant(sweep):
     assert {r["tenant"] for r in rows} == {"vision", "nlp"}
 
 
+def test_sim_writes_the_timeline_compare_draws_utilisation_from(sweep):
+    cell = sweep / "cells" / "fifo__tiny__s0"
+    gpus = json.loads((cell / "summary.json").read_text())["gpus"]
+    with (cell / "timeline.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["time_s", "busy_gpus", "running", "pending"]
+    assert max(int(r["busy_gpus"]) for r in rows) <= gpus
+    assert [float(r["time_s"]) for r in rows] == sorted(float(r["time_s"]) for r in rows)
+
+
 def test_compare_writes_summary_csv_pngs_and_a_self_contained_report(report, sweep, capsys):
     assert main(["-q", "compare", str(sweep), "--out", str(report)]) == 0
     out = capsys.readouterr().out

@@ -94,8 +94,8 @@ def add_parser(
         "status",
         parents=[common],
         help="what is done, failed and missing",
-        description="Count the done, failed and missing cells of DIR, name the failed ones with their "
-        "error, and regenerate DIR/results.csv.",
+        description="Count the done, failed and missing cells of DIR, name those not done (a failed "
+        "one with its error), print the latest Slurm array job's id, and write DIR/results.csv again.",
     )
     st.add_argument("dir", metavar="DIR")
     st.set_defaults(run=run_status)

@@ -279,14 +279,17 @@ def _chromium() -> str:
     pytest.skip(why)
 
 
-def _headless(browser: str, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", *args]
+def _headless(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run headless chromium with its own profile directory (tests on several workers at once
+    would otherwise share ~/.config/chromium) and without /dev/shm (small in containers)."""
+    argv = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+    argv += ["--disable-dev-shm-usage", f"--user-data-dir={profile}", *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
 
 
-def test_a_browser_renders_the_report_tables(report):
+def test_a_browser_renders_the_report_tables(report, tmp_path):
     browser = _chromium()
-    dom = _headless(browser, "--dump-dom", (report / "report.html").as_uri()).stdout
+    dom = _headless(browser, tmp_path / "profile", "--dump-dom", (report / "report.html").as_uri()).stdout
     assert "<table>" in dom
     for preset in PRESETS:
         assert f'<td class="name">{preset}</td>' in dom
@@ -302,7 +305,13 @@ def test_a_browser_screenshot_of_the_report_is_not_blank(report, tmp_path):
 
     browser = _chromium()
     shot = tmp_path / "report.png"
-    _headless(browser, f"--screenshot={shot}", "--window-size=1200,1600", (report / "report.html").as_uri())
+    _headless(
+        browser,
+        tmp_path / "profile",
+        f"--screenshot={shot}",
+        "--window-size=1200,1600",
+        (report / "report.html").as_uri(),
+    )
     with Image.open(shot) as image:
         assert image.size == (1200, 1600)
         colours = image.convert("RGB").getcolors(maxcolors=1 << 20)

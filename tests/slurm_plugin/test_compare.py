@@ -21,6 +21,8 @@ from slurm_plugin.compare import (
     format_interval,
     group,
     load,
+    summarise,
+    summary_csv,
     trace_label,
 )
 
@@ -138,6 +140,27 @@ def test_runs_group_by_trace_and_preset_with_seeds_in_order():
     groups = group(runs)
     assert list(groups) == [("t1.csv", "fifo"), ("t1.csv", "sjf"), ("t2.csv", "fifo")]
     assert [r.name for r in groups[("t1.csv", "fifo")]] == ["c", "a"]
+
+
+def test_each_trace_and_preset_is_summarised_over_its_own_seeds():
+    def run(preset: str, trace: str, seed: int, jct: float) -> Run:
+        tenants = {"a": {"jobs": 2, "avg_jct_s": jct / 2, "p99_jct_s": jct}}
+        return Run(f"{preset}-{trace}-{seed}", preset, trace, seed, {"avg_jct_s": jct, "tenants": tenants})
+
+    runs = [run("fifo", "t1", 0, 10.0), run("fifo", "t1", 1, 20.0), run("fifo", "t2", 0, 5.0)]
+    rows = summarise(group(runs))
+    assert [(r.trace, r.preset, r.tenant, r.seeds) for r in rows] == [
+        ("t1", "fifo", None, [0, 1]),
+        ("t1", "fifo", "a", [0, 1]),  # no jobs.csv: the tenant's JCTs from summary.json
+        ("t2", "fifo", None, [0]),
+        ("t2", "fifo", "a", [0]),
+    ]
+    assert rows[0].stats["avg_jct_s"].mean == 15.0  # type: ignore[union-attr]
+    assert rows[1].stats["avg_jct_s"].mean == 7.5  # type: ignore[union-attr]
+    assert rows[1].stats["p50_jct_s"] is None
+    assert rows[2].stats["avg_jct_s"].degenerate  # type: ignore[union-attr]
+    assert rows[0].stats["makespan_s"] is None  # not measured: no interval, an empty cell
+    assert summary_csv(rows).splitlines()[3].startswith("t2,fifo,,0,5,5,5,")
 
 
 def test_trace_labels_drop_the_directory_and_suffix():

@@ -210,6 +210,19 @@ def run(args: argparse.Namespace) -> int:
         raise sw.SweepError("mosaic sweep needs --out DIR")
     if args.jobs < 1:
         raise sw.SweepError(f"-j/--jobs must be >= 1, got {args.jobs}")
+    if not args.slurm:
+        given = [
+            f
+            for f, v in (
+                ("--partition", args.partition),
+                ("--max-parallel", args.max_parallel),
+                ("--time", args.time),
+                ("--wait", args.wait),
+            )
+            if v
+        ]
+        if given:
+            raise sw.SweepError(f"{', '.join(given)} go with --slurm")
     if args.max_parallel is not None and args.max_parallel < 1:
         raise sw.SweepError(f"--max-parallel must be >= 1, got {args.max_parallel}")
     directory = Path(args.out).resolve()
@@ -311,9 +324,21 @@ def _run_slurm(args: argparse.Namespace, directory: Path, sweep: sw.Sweep, todo:
     if not args.wait:
         print(f"mosaic sweep status {directory}")
         return 0
-    while run_command(["squeue", "-h", "-j", job_id, "-o", "%i"], env=env, check=False).stdout.strip():
+    while _queued(job_id, env):
         time.sleep(POLL_S)
     return _report(directory, sweep)
+
+
+def _queued(job_id: str, env: dict[str, str]) -> bool:
+    """Whether any task of the array is still pending or running. squeue forgets a job some time
+    after it ends ("Invalid job id"); any other failure is taken as a passing one: still queued."""
+    result = run_command(["squeue", "-h", "-j", job_id, "-o", "%i"], env=env, check=False)
+    if result.returncode == 0:
+        return bool(result.stdout.strip())
+    if "invalid job id" in result.stderr.lower():
+        return False
+    log.warning("squeue -j %s exited %d: %s", job_id, result.returncode, result.stderr.strip())
+    return True
 
 
 def run_status(args: argparse.Namespace) -> int:

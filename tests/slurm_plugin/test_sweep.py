@@ -247,6 +247,12 @@ def test_bad_input_is_one_clear_error(inputs, tmp_path, capsys, change, message)
     assert not (tmp_path / "sweep").exists()
 
 
+def test_slurm_flags_without_slurm_are_refused(inputs, tmp_path, capsys):
+    argv = [*sweep_argv(inputs, tmp_path / "sweep"), "--wait", "--max-parallel", "4"]
+    assert main(argv) == 2
+    assert "--max-parallel, --wait go with --slurm" in capsys.readouterr().err
+
+
 def test_two_traces_of_one_name_are_refused(inputs, tmp_path, capsys):
     other = tmp_path / "elsewhere"
     other.mkdir()

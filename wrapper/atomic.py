@@ -64,6 +64,15 @@ def write_atomic(
         fsync_dir(p.parent)
 
 
+def publish_dir(built: str | Path, target: str | Path) -> None:
+    """Rename the finished directory ``built`` to ``target`` (which must not exist) and fsync
+    the parent: readers see no ``target`` or the whole of it. ``built`` must be on the same
+    file system, e.g. made beside ``target``'s parent (a sweep's cell)."""
+    final = Path(target)
+    os.replace(built, final)
+    fsync_dir(final.parent)
+
+
 def fsync_dir(directory: str | Path) -> None:
     """fsync a directory, making the names created or renamed in it durable."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)

@@ -26,6 +26,7 @@ from slurm_plugin.cli.scheduler_args import scheduler_config
 from slurm_plugin.files import read_text, write_atomic
 from slurm_plugin.profiles_file import load_profile_store
 from slurm_plugin.slurm.runner import run as run_command
+from wrapper.atomic import publish_dir
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ def run_cell(directory: Path, index: int) -> str:
                 shutil.rmtree(final)
             final.parent.mkdir(parents=True, exist_ok=True)
             os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide the results from the sweep's readers
-            os.replace(tmp, final)
+            publish_dir(tmp, final)
             sw.error_path(directory, cell).unlink(missing_ok=True)
         else:
             shutil.rmtree(tmp, ignore_errors=True)

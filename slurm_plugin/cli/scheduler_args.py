@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import tomllib
 from typing import Any
 
 from planner.config import PRESETS, SchedulerConfig, config_from_mapping
 from planner.errors import ConfigError
 from slurm_plugin.files import read_toml
+
+log = logging.getLogger(__name__)
 
 
 def add_scheduler_args(parser: argparse.ArgumentParser, default_preset: str | None) -> None:
@@ -69,6 +72,16 @@ def scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
             raise ConfigError(
                 f"--scheduler: unknown scheduler preset {args.scheduler!r}; known presets: {known}"
             )
+        written = table.get("preset", args.default_preset)
+        if "options" in table and written != args.scheduler:
+            # The file's options are its preset's stages' (etc/mosaic.toml: the mosaic ordering's).
+            log.warning(
+                "%s: [scheduler.options] are for preset %r; --scheduler %s runs without them",
+                args.config,
+                written,
+                args.scheduler,
+            )
+            del table["options"]
         table["preset"] = args.scheduler
     elif "preset" not in table and args.default_preset is not None:
         table["preset"] = args.default_preset

@@ -15,6 +15,7 @@ from planner.traces import parse_trace
 from slurm_plugin.cli.main import build_parser, main
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[2]
 
 CLUSTER = """
 [[nodes]]
@@ -199,6 +200,19 @@ def test_a_scheduler_typo_is_the_flags_mistake_not_the_config_files(tmp_path, ca
     err = capsys.readouterr().err
     assert "--scheduler: unknown scheduler preset 'tiresas'" in err
     assert str(config) not in err
+
+
+def test_another_preset_on_the_command_line_runs_without_the_config_files_options(small, tmp_path, capsys):
+    # etc/mosaic.toml's [scheduler.options] are the mosaic ordering's: fifo has none of them.
+    cluster, trace = small
+    args = ["sim", "--cluster", str(cluster), "--trace", str(trace), "--no-plot", "--no-progress"]
+    etc = ROOT / "etc" / "mosaic.toml"
+    assert main([*args, "--config", str(etc), "--scheduler", "fifo", "--out", str(tmp_path / "f")]) == 0
+    assert (
+        "[scheduler.options] are for preset 'mosaic'; --scheduler fifo runs without them"
+        in capsys.readouterr().err
+    )
+    assert main([*args, "--config", str(etc), "--out", str(tmp_path / "m")]) == 0  # the file's own
 
 
 def test_a_malformed_trace_loses_nothing(small, tmp_path, capsys):

@@ -14,6 +14,16 @@ from slurm_plugin.slurm.parse import SlurmJob
 
 _PROFILES = ProfileStore.builtin()
 
+SMALL_CLUSTER_TOML = """
+[[nodes]]
+count = 2
+gpus = 4
+gpu_type = "v100"
+cpus = 16
+mem_gb = 128
+"""
+"""A cluster file for CLI tests: two nodes of 4 V100s, 16 CPUs and 128 GB each."""
+
 
 def make_node(
     name: str = "n1", gpus: int = 4, gpu_type: str = "v100", cpus: int = 16, mem_gb: float = 64.0

@@ -13,18 +13,12 @@ import pytest
 from planner.metrics import JOB_COLUMNS, SUMMARY_KEYS
 from planner.traces import parse_trace
 from slurm_plugin.cli.main import build_parser, main
+from tests.builders import SMALL_CLUSTER_TOML
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
 
-CLUSTER = """
-[[nodes]]
-count = 2
-gpus = 4
-gpu_type = "v100"
-cpus = 16
-mem_gb = 128
-"""
+CLUSTER = SMALL_CLUSTER_TOML
 
 
 @pytest.fixture

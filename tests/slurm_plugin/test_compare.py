@@ -25,15 +25,9 @@ from slurm_plugin.compare import (
     summary_csv,
     trace_label,
 )
+from tests.builders import SMALL_CLUSTER_TOML
 
-CLUSTER = """
-[[nodes]]
-count = 2
-gpus = 4
-gpu_type = "v100"
-cpus = 16
-mem_gb = 128
-"""
+CLUSTER = SMALL_CLUSTER_TOML
 
 # Two tenants, enough contention that the presets differ.
 TRACE = "job_id,submit_time_s,num_gpus,duration_s,model,tenant\n" + "".join(

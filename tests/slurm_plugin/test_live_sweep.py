@@ -13,15 +13,9 @@ import pytest
 from slurm_plugin import sweep as sw
 from slurm_plugin.cli.main import main
 from slurm_plugin.testcluster.shapes import OTHER_PARTITION
+from tests.builders import SMALL_CLUSTER_TOML
 
-CLUSTER = """
-[[nodes]]
-count = 2
-gpus = 4
-gpu_type = "v100"
-cpus = 16
-mem_gb = 128
-"""
+CLUSTER = SMALL_CLUSTER_TOML
 # Wall-clock measurements: the only numbers two runs of one cell may differ in.
 WALL_KEYS = {"wall_time_s", "decision_time_s_mean", "decision_time_s_max"}
 

@@ -14,15 +14,9 @@ from planner.metrics import SUMMARY_KEYS
 from slurm_plugin import sweep as sw
 from slurm_plugin.cli import sweep_cmd
 from slurm_plugin.cli.main import main
+from tests.builders import SMALL_CLUSTER_TOML
 
-CLUSTER = """
-[[nodes]]
-count = 2
-gpus = 4
-gpu_type = "v100"
-cpus = 16
-mem_gb = 128
-"""
+CLUSTER = SMALL_CLUSTER_TOML
 
 
 @pytest.fixture

@@ -24,8 +24,8 @@ from profiles.perfmodel.agile import (
     stage_counts,
 )
 from profiles.perfmodel.agile_model import dp_memory_points, fit_memory, memory_points
-from profiles.perfmodel.dp_memory import builtin_dp_memory, parse_dp_memory
 from profiles.perfmodel.crius import CriusTable, builtin_crius
+from profiles.perfmodel.dp_memory import builtin_dp_memory, parse_dp_memory
 
 
 @pytest.fixture(scope="module")

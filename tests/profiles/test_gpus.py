@@ -49,7 +49,7 @@ def test_every_user_reads_the_catalog():
         t: (c.types[t].mem_gb, c.types[t].peak_tflops, c.types[t].gpus_per_node) for t in GPU_SPECS
     }
     assert GPU_MEM_GB == A800_MEMORY_GB == c.types["a800"].mem_gb
-    assert GPUS_PER_NODE == c.types["a800"].gpus_per_node
+    assert c.types["a800"].gpus_per_node == GPUS_PER_NODE
     assert device_memory_gb("A40") == 48.0
     assert device_memory_gb("a800") is None  # dp_mem.json's rule is the artifact's, on its devices
 

@@ -85,10 +85,13 @@ def equal_spread(avail: Sequence[tuple[int, str]], count: int, spread: int) -> P
     if count % spread:
         return None
     per = count // spread
-    group = [name for free, name in avail if free >= per]
-    if len(group) < spread:
-        return None
-    return tuple((name, per) for name in sorted(group[:spread]))
+    group = []
+    for free, name in avail:
+        if free >= per:
+            group.append(name)
+            if len(group) == spread:
+                return tuple((n, per) for n in sorted(group))
+    return None
 
 
 def consolidated_counts(avail: Sequence[tuple[int, str]], count: int) -> PerNode | None:
@@ -129,9 +132,10 @@ def consolidated_slots(
     by_type: dict[str, list[tuple[int, str]]] = {}
     for n in nodes:
         by_type.setdefault(n.gpu_type, []).append((len(free[n.name]), n.name))
+    ranked = [sorted(by_type[t]) for t in sorted(by_type)]
     for spread in range(2, len(nodes) + 1):
-        for gpu_type in sorted(by_type):
-            found = equal_spread(sorted(by_type[gpu_type]), count, spread)
+        for avail in ranked:
+            found = equal_spread(avail, count, spread)
             if found is not None:
                 return first_free(found, free)
     return None

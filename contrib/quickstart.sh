@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up Mosaic and run its main job on the embedded default: the simulator replays the
-# bundled 240-job trace on the bundled 64-GPU cluster with the Tiresias preset, prints
+# bundled 240-job trace on the bundled 64-GPU cluster with the mosaic preset, prints
 # the summary and writes out/quickstart/{summary.json,jobs.csv,plot.png}.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -37,6 +37,7 @@ from planner.config import Tenant, build_scheduler, preset
 from planner.execplan import ExecPlan, plan_from_mapping
 from slurm_plugin import planfile
 from slurm_plugin.cli.main import main
+from slurm_plugin.controller import observe
 from slurm_plugin.controller.loop import Controller
 from slurm_plugin.slurm.backend import CliSlurm
 from slurm_plugin.store import Store
@@ -128,6 +129,9 @@ def test_the_controller_shrinks_a_running_deepspeed_job_for_a_guaranteed_job_wit
 ):
     case = CASES[name]
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    # The test cluster's fake GPUs stand for Rubick's testbed, 80 GB A800s: its GRES names them
+    # a100, which the GPU catalog prices at 40 GB, where ZeRO-2 would not fit llama7 on 4 GPUs.
+    monkeypatch.setattr(observe, "named_gpu_mem_gb", lambda node: 80.0)
     config = config_for(live, tmp_path / "spool", checkpoint_grace_s=float(GRACE_S), stop_timeout_s=600.0)
     tenants = (Tenant("prod", 2), Tenant("other", 12))
     scheduler = build_scheduler(replace(preset(scheduler_name), tenants=tenants))

@@ -115,7 +115,7 @@ def _resumed(
             continue
         candidate = {i: a for i, a in out.items() if i not in takers}
         candidate[job.id] = before
-        if not _fits(candidate, nodes):
+        if over_committed(nodes, candidate.values()):
             continue
         out = candidate
         for t in takers:
@@ -150,7 +150,7 @@ def _shaped(
         shape = a if own_shape else draft[holder[gpus]]
         return Assignment(gpus, shape.cpus, shape.mem_gb, a.plan)
 
-    for keep_running, own_shape in ((True, True), (True, False), (False, False)):
+    def attempt(keep_running: bool, own_shape: bool) -> dict[str, Assignment]:
         candidate = dict(out)
         for job_id, gpus in trial.items():
             before = old.get(job_id)
@@ -158,9 +158,13 @@ def _shaped(
                 candidate[job_id] = before
             else:
                 candidate[job_id] = shaped(job_id, gpus, own_shape)
-        if not keep_running or _fits(candidate, nodes):
+        return candidate
+
+    for own_shape in (True, False):
+        candidate = attempt(True, own_shape)
+        if not over_committed(nodes, candidate.values()):
             return candidate
-    raise AssertionError("unreachable")
+    return attempt(False, False)  # the round's own CPUs and memory per set: fits as it did
 
 
 def _reassigned(
@@ -189,7 +193,3 @@ def _reassigned(
     if restarts >= sum(1 for r, job_id in enumerate(ids) if job_id in own):
         return None
     return {ids[r]: sets[c] for r, c in pairs}
-
-
-def _fits(assignments: Mapping[str, Assignment], nodes: Mapping[str, Node]) -> bool:
-    return not over_committed(nodes, assignments.values())

@@ -39,7 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import write_result
-from planner.model import Job
+from planner.core.model import Job
 from planner.policies.crius import AgileCells
 from profiles.perfmodel.agile import GPU_SPECS, OTHER_TYPE_WEIGHT, RIDGE, AgileEstimator, model_spec
 from profiles.perfmodel.crius import CriusRecord, builtin_crius

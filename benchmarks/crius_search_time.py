@@ -31,7 +31,7 @@ from benchmarks.common import write_result  # noqa: E402
 from planner import Job, Snapshot, plan_round  # noqa: E402
 from planner.cluster import cluster_from_toml  # noqa: E402
 from planner.config import build_scheduler, preset  # noqa: E402
-from planner.model import Assignment, JobState, Node  # noqa: E402
+from planner.core.model import Assignment, JobState, Node  # noqa: E402
 from planner.policies.crius import policy, search  # noqa: E402
 from profiles.perfmodel.crius import builtin_crius  # noqa: E402
 

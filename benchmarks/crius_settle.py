@@ -22,7 +22,7 @@ from benchmarks.common import write_result
 from benchmarks.crius import CLUSTER, config_of, trace
 from planner.cluster import cluster_from_toml
 from planner.config import build_scheduler
-from planner.model import Job, Snapshot
+from planner.core.model import Job, Snapshot
 from planner.policies.crius.policy import CriusAllocation
 from planner.sim import SimConfig, simulate
 from planner.stages import Draft

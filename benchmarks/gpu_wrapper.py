@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import write_result
-from planner.model import Assignment
+from planner.core.model import Assignment
 from slurm_plugin import planfile
 from wrapper import status
 

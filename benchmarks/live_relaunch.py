@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from benchmarks.common import local_cluster, wait_until, write_result
-from planner.codec import assignment_from_json
 from planner.config import build_scheduler, preset
+from planner.core.codec import assignment_from_json
 from slurm_plugin import planfile
 from slurm_plugin.controller.actuate import Actuator
 from slurm_plugin.controller.config import ControllerConfig

@@ -29,7 +29,7 @@ from benchmarks.crius_search_time import busy_snapshot
 from planner import plan_round
 from planner.cluster import cluster_from_toml
 from planner.config import Tenant, build_scheduler, preset
-from planner.model import Job, Snapshot
+from planner.core.model import Job, Snapshot
 from planner.traces.crius import GPU_TYPES
 from planner.traces.mix import MixOptions, mix_trace
 

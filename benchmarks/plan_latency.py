@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.common import busy_snapshot, write_result  # noqa: E402
 from planner import PRESETS, build_scheduler, plan_round, preset  # noqa: E402
 from planner.cluster import cluster_from_toml  # noqa: E402
-from planner.codec import snapshot_to_json  # noqa: E402
+from planner.core.codec import snapshot_to_json  # noqa: E402
 from profiles.store import ProfileStore  # noqa: E402
 
 DEFAULT_GPUS, DEFAULT_JOBS = 256, 2048

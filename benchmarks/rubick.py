@@ -38,7 +38,7 @@ from benchmarks.common import write_result  # noqa: E402
 from planner import Job, Node, Snapshot, plan_round  # noqa: E402
 from planner.cluster import cluster_from_toml  # noqa: E402
 from planner.config import PRESETS, Tenant, build_scheduler  # noqa: E402
-from planner.execplan import ExecPlan, plan_from_mapping, plan_to_mapping  # noqa: E402
+from planner.core.execplan import ExecPlan, plan_from_mapping, plan_to_mapping  # noqa: E402
 from planner.policies.rubick.curves import job_curve  # noqa: E402
 from planner.policies.rubick.policy import shared_book  # noqa: E402
 from planner.sim import SimConfig, simulate  # noqa: E402
@@ -202,7 +202,7 @@ def plan_audit(workload: str) -> dict[str, Any]:
 
 
 def _mapping(curve: Any, gpus: int) -> dict[str, Any] | None:
-    from planner.execplan import plan_to_mapping
+    from planner.core.execplan import plan_to_mapping
 
     point = curve.best(gpus)
     return None if point is None else plan_to_mapping(point.plan)

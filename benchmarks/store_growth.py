@@ -29,7 +29,7 @@ from typing import Any
 from benchmarks.common import busy_snapshot, write_result
 from planner import build_scheduler, plan_round, preset
 from planner.cluster import cluster_from_toml
-from planner.codec import round_plan_to_json
+from planner.core.codec import round_plan_to_json
 from slurm_plugin.store import Store
 
 CLUSTER = """

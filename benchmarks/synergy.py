@@ -25,8 +25,8 @@ from typing import Any
 from benchmarks.common import write_result
 from planner.cluster import cluster_from_toml
 from planner.config import build_scheduler, preset
+from planner.core.model import Node
 from planner.metrics import JobRecord
-from planner.model import Node
 from planner.sim import SimConfig, simulate
 from planner.traces.generators import synergy_trace
 from profiles.store import ProfileStore

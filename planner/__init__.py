@@ -4,10 +4,10 @@ Data in (:class:`Snapshot`), decision out (:class:`RoundPlan`); no subprocess, n
 no file writes. The simulator (:mod:`planner.sim`) and the live controller both call
 :func:`plan_round`.
 
-The names below are loaded on first use (PEP 562), so importing a leaf module such as
-:mod:`planner.errors`, :mod:`planner.fields` or :mod:`planner.execplan` (which
-:mod:`profiles` builds on) does not import the pipeline, and the two packages form no
-import cycle (``tests/test_boundaries.py``).
+The names below are loaded on first use (PEP 562): this file runs whenever any module of
+:mod:`planner.core` (the shared vocabulary, the lowest layer, which :mod:`profiles` builds
+on) is imported, so it imports nothing of the pipeline when it runs, and the layers stay
+one-way (``tests/test_boundaries.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from planner.config import PRESETS, SchedulerConfig, build_scheduler, preset
-    from planner.model import Assignment, GpuSlot, Job, JobState, Node, Outcome, RoundPlan, Snapshot
+    from planner.core.model import Assignment, GpuSlot, Job, JobState, Node, Outcome, RoundPlan, Snapshot
     from planner.pipeline import Scheduler, plan_round
 
 _HOME = {
@@ -25,14 +25,14 @@ _HOME = {
     "SchedulerConfig": "planner.config",
     "build_scheduler": "planner.config",
     "preset": "planner.config",
-    "Assignment": "planner.model",
-    "GpuSlot": "planner.model",
-    "Job": "planner.model",
-    "JobState": "planner.model",
-    "Node": "planner.model",
-    "Outcome": "planner.model",
-    "RoundPlan": "planner.model",
-    "Snapshot": "planner.model",
+    "Assignment": "planner.core.model",
+    "GpuSlot": "planner.core.model",
+    "Job": "planner.core.model",
+    "JobState": "planner.core.model",
+    "Node": "planner.core.model",
+    "Outcome": "planner.core.model",
+    "RoundPlan": "planner.core.model",
+    "Snapshot": "planner.core.model",
     "Scheduler": "planner.pipeline",
     "plan_round": "planner.pipeline",
 }

@@ -22,9 +22,9 @@ from __future__ import annotations
 import tomllib
 from typing import Any
 
-from planner.errors import ClusterError
-from planner.fields import Fields
-from planner.model import Node
+from planner.core.errors import ClusterError
+from planner.core.fields import Fields
+from planner.core.model import Node
 from profiles.gpus import gpu_mem_gb
 
 MAX_NODES = 100_000

@@ -34,8 +34,8 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 import planner.policies  # noqa: F401  (registers the built-in components)
-from planner.errors import ConfigError
-from planner.fields import Fields
+from planner.core.errors import ConfigError
+from planner.core.fields import Fields
 from planner.pipeline import Scheduler
 from planner.registry import Registry, StageContext
 from planner.stages import MIGRATIONS, ORDERINGS, PACKINGS, PLACEMENTS, RECONFIGURATIONS, SHAPINGS

@@ -1,6 +1,6 @@
 """Why a job is where it is: its rounds, in words (pure; ``mosaic explain``).
 
-The planner records every decision in its round plans (:class:`planner.model.RoundPlan`):
+The planner records every decision in its round plans (:class:`planner.core.model.RoundPlan`):
 what each job was given, the priority order, each job's outcome (:class:`Outcome`) and the
 policy's flags (``privileged``: a guaranteed job within its tenant's quota). From the rounds
 of a job, oldest first, :func:`explain` works out:
@@ -25,11 +25,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner.codec import round_plan_from_json
 from planner.config import SchedulerConfig
-from planner.errors import InputError
-from planner.fields import Fields, json_document
-from planner.model import Assignment, Node, Outcome, RoundPlan
+from planner.core.codec import round_plan_from_json
+from planner.core.errors import InputError
+from planner.core.fields import Fields, json_document
+from planner.core.model import Assignment, Node, Outcome, RoundPlan
 from planner.relaunch import Change, classify
 from planner.slots import free_by_type, free_gpus
 from planner.traces.records import TraceJob

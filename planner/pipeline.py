@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from planner.model import Assignment, Job, JobState, Outcome, RoundPlan, Snapshot
+from planner.core.model import Assignment, Job, JobState, Outcome, RoundPlan, Snapshot
 from planner.relaunch import GpuSetChange, gpu_set_change
 from planner.stages import (
     Demand,

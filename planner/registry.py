@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from planner.errors import ConfigError
+from planner.core.errors import ConfigError
 from profiles.store import ProfileStore
 
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from enum import StrEnum
 
-from planner.model import Assignment
+from planner.core.model import Assignment
 
 Shape = tuple[tuple[tuple[str, int], ...], int, int]
 """(GPUs per node in node-name order, total CPUs, memory per node in MB)."""

@@ -1,6 +1,6 @@
 """Free GPU slots: the one bookkeeping of which GPUs of a snapshot's nodes are free.
 
-A slot is a :data:`~planner.model.GpuSlot` (node name, GPU index). :func:`free_gpus` gives
+A slot is a :data:`~planner.core.model.GpuSlot` (node name, GPU index). :func:`free_gpus` gives
 the free indices per node once ``taken`` slots are removed (sorted, no duplicates);
 :class:`FreeSlots` keeps them while a stage builds a round (take / give); :func:`free_by_type`
 counts them per GPU type; :func:`consolidated_slots` is the consolidation rule every
@@ -20,7 +20,7 @@ from __future__ import annotations
 from bisect import insort
 from collections.abc import Iterable, Mapping, Sequence
 
-from planner.model import GpuSlot, Job, Node, Snapshot
+from planner.core.model import GpuSlot, Job, Node, Snapshot
 
 
 def free_gpus(nodes: Iterable[Node], taken: Iterable[GpuSlot] = ()) -> dict[str, list[int]]:

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol, runtime_checkable
 
-from planner.model import Assignment, Job, Outcome, Snapshot
+from planner.core.model import Assignment, Job, Outcome, Snapshot
 from planner.registry import Registry
 
 

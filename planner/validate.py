@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from planner.execplan import PlanError, plan_from_mapping, resolve
-from planner.model import Assignment, GpuSlot, Job, Node, RoundPlan, Snapshot
+from planner.core.execplan import PlanError, plan_from_mapping, resolve
+from planner.core.model import Assignment, GpuSlot, Job, Node, RoundPlan, Snapshot
 
 MEM_TOLERANCE_GB = 1e-6
 

@@ -10,8 +10,8 @@ import math
 from itertools import pairwise
 from typing import Any
 
-from planner.errors import ProfileError
-from planner.fields import Fields, json_document
+from planner.core.errors import ProfileError
+from planner.core.fields import Fields, json_document
 from profiles.optimistic import CacheModel, OptimisticProfile
 from profiles.schema import ColocationEntry, Profile, SensitivityMatrix, ThroughputKey, plan_key
 

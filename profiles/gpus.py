@@ -5,7 +5,7 @@ bandwidth inside it where a paper's testbed gives them, and the name Slurm gives
 (GRES type / node feature); plus the order in which a type without measurements borrows
 another's (``fallback``). ``builtin/README.md`` says where each number comes from. Every
 pricer and estimate reads GPU facts here; a node's own memory may differ from its type's
-(``gpu_mem_gb`` of a cluster TOML node group, :attr:`planner.model.Node.gpu_mem_gb`).
+(``gpu_mem_gb`` of a cluster TOML node group, :attr:`planner.core.model.Node.gpu_mem_gb`).
 
 Pure: the bundled file is read once, through :func:`catalog`; :func:`parse_catalog` parses
 any text, and its errors name the file, the line of the type's table and the key.
@@ -20,8 +20,8 @@ from functools import cache
 from importlib import resources
 from types import MappingProxyType
 
-from planner.errors import ConfigError
-from planner.fields import Fields
+from planner.core.errors import ConfigError
+from planner.core.fields import Fields
 
 SOURCE = "profiles/builtin/gpus.toml"
 _TYPE_KEYS = ("mem_gb", "peak_tflops", "gpus_per_node", "intra_gb_s", "slurm_feature")

@@ -33,7 +33,7 @@ from scipy.optimize import least_squares
 from profiles.gpus import catalog
 from profiles.schema import Profile
 
-# The execution-plan keys mosaic-run renders (planner/execplan.py): per-worker batch of one
+# The execution-plan keys mosaic-run renders (planner/core/execplan.py): per-worker batch of one
 # forward/backward pass, and how many of them make one optimizer step.
 MICRO_BATCH_KEY = "micro_batch"
 ACCUM_STEPS_KEY = "grad_accum"

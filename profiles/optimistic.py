@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.errors import ProfileError
+from planner.core.errors import ProfileError
 from profiles.schema import SensitivityMatrix
 
 DEFAULT_THRESHOLD = 0.10

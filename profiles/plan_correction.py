@@ -40,7 +40,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from planner.execplan import ExecPlan, PlanError, plan_from_mapping, resolve
+from planner.core.execplan import ExecPlan, PlanError, plan_from_mapping, resolve
 from profiles.observed import ObservedPoint
 from profiles.plan_pricing import PlanPricer
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from planner.errors import InputError
-from planner.execplan import ExecPlan
+from planner.core.errors import InputError
+from planner.core.execplan import ExecPlan
 from profiles.gpus import catalog
 from profiles.names import normalise
 from profiles.perfmodel import ModelShape, PerfModel, Query, fit_perfmodel, fits

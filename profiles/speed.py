@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from planner.errors import InputError
-from planner.execplan import plan_from_mapping, resolve
+from planner.core.errors import InputError
+from planner.core.execplan import plan_from_mapping, resolve
 from profiles.perfmodel.query import ModelShape, Query
 from profiles.perfmodel.rubick_measured import RubickMeasured, packed
 from profiles.perfmodel.table import IterationTimeModel

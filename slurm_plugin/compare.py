@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from planner.cluster import cluster_from_toml
 from planner.config import SchedulerConfig, build_scheduler
-from planner.errors import TraceError
+from planner.core.errors import TraceError
 from planner.sim import SimConfig, Simulator
 from planner.traces.csvio import parse_trace
 from planner.traces.records import TraceJob

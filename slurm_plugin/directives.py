@@ -10,7 +10,7 @@ the first command line)::
     #MOSAIC --min-gpus 1 --max-gpus 4 --gpu-types a100,v100
 
 ``--min-gpus``/``--max-gpus``/``--gpu-types`` make the job elastic (the GPU counts and
-types it accepts, :class:`planner.model.Job`); without them it runs on the GPUs its
+types it accepts, :class:`planner.core.model.Job`); without them it runs on the GPUs its
 ``#SBATCH`` request names, as before.
 
 The metadata travels in the job's Slurm comment as ``mosaic:<compact JSON>`` (so it
@@ -26,8 +26,8 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from planner.errors import InputError
-from planner.fields import loads_json
+from planner.core.errors import InputError
+from planner.core.fields import loads_json
 
 COMMENT_PREFIX = "mosaic:"
 SUBMISSION = "submission"  # comment key: the token `mosaic submit` gives each submission
@@ -85,7 +85,7 @@ def _check_demand(meta: Mapping[str, Any], where: str) -> None:
 
     The GPU count the job asks Slurm for is not known here (it is an ``#SBATCH`` option),
     so whether the range holds it is for the reader of the metadata to check
-    (:func:`planner.model.demand_problem`).
+    (:func:`planner.core.model.demand_problem`).
     """
     low, high = meta.get("min_gpus"), meta.get("max_gpus")
     if low is not None and high is not None and low > high:

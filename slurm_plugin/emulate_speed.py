@@ -2,7 +2,7 @@
 
 ``mosaic demo`` compares a live run with ``mosaic sim`` on the same trace; the two agree
 only if an emulated job advances at the pace the simulator assumes for the same
-resources. So the job rebuilds its :class:`planner.model.Assignment` from inside Slurm
+resources. So the job rebuilds its :class:`planner.core.model.Assignment` from inside Slurm
 and asks :class:`planner.sim.progress.SpeedModel` (GPU type, Synergy §3.1 CPU/memory
 sensitivity, SJF-BSBF Eq. 7 gradient accumulation, Tesserae co-location):
 
@@ -29,16 +29,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from planner import hostlist
 from planner.cluster import cluster_from_toml
-from planner.errors import InputError
-from planner.model import Assignment, Node
+from planner.core import hostlist
+from planner.core.errors import InputError
+from planner.core.model import Assignment, Node
+from planner.core.plandoc import parse_plan_document
 from planner.sim.progress import Partner, SpeedModel
 from planner.traces.records import TraceJob
 from profiles.store import ProfileStore
 from slurm_plugin.files import read_text, write_atomic
 from slurm_plugin.planfile import read_plan
-from wrapper.plandoc import parse_plan_document
 
 IDENTITY_FILE = "emulated_job.json"
 """In the job's status directory: the model an emulated job runs, for its GPU partners."""
@@ -51,7 +51,7 @@ class EmulationError(InputError):
 
 
 def expand_hostlist(text: str) -> list[str]:
-    """Slurm's compressed hostlist (``n[1-3,05],gpu7``) as names, in order (:mod:`planner.hostlist`)."""
+    """Slurm's compressed hostlist (``n[1-3,05],gpu7``) as names, in order (:mod:`planner.core.hostlist`)."""
     try:
         names = list(hostlist.expand_hostlist(text))
     except hostlist.HostlistError as e:

@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from wrapper.atomic import write_atomic
 
 BUNDLED = "sim/bundled"

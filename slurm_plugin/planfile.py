@@ -1,7 +1,7 @@
 """The controller's side of the plan-file protocol: write, replace and remove a job's plan file.
 
 ``<spool>/plans/<job id>.json`` holds the job's current assignment and execution plan
-(:mod:`wrapper.plandoc` for the document). Writes are
+(:mod:`planner.core.plandoc` for the document). Writes are
 
 * serialised by a :class:`filelock.FileLock` (``<spool>/plans/.<job id>.lock``), so two
   controller processes never interleave versions;
@@ -39,13 +39,14 @@ from typing import Any
 
 from filelock import FileLock
 
-from planner.errors import InputError, MosaicError
-from planner.fields import loads_json
-from planner.model import Assignment
+from planner.core import plandoc
+from planner.core.errors import InputError, MosaicError
+from planner.core.fields import loads_json
+from planner.core.model import Assignment
+from planner.core.plandoc import PlanFileError, parse_plan_document, plan_document
 from slurm_plugin.controller.faults import crash_point
-from wrapper import plandoc, status
+from wrapper import status
 from wrapper.atomic import write_atomic
-from wrapper.plandoc import PlanFileError, parse_plan_document, plan_document
 
 FORMAT = plandoc.FORMAT
 HEARTBEATS = status.HEARTBEATS
@@ -101,7 +102,7 @@ def status_dir(spool: str | Path, job_id: str) -> Path:
 def write_plan(spool: str | Path, job_id: str, version: int | None, assignment: Assignment) -> Path:
     """Write (or replace) the job's plan file with ``version`` (``None``: one more than the file's).
 
-    The plan is checked first (an impossible plan raises :class:`planner.execplan.PlanError`
+    The plan is checked first (an impossible plan raises :class:`planner.core.execplan.PlanError`
     and nothing is written); the file is created 0644 before it is renamed into place, so
     the job can read every version it may see. A file system that refuses the write (full,
     read-only) raises :class:`PlanWriteError` naming the file, and leaves the file as it was.

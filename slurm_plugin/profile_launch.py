@@ -26,14 +26,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from planner.errors import InputError, MosaicError
-from planner.execplan import plan_to_mapping
-from planner.model import Assignment
+from planner.core.errors import InputError, MosaicError
+from planner.core.execplan import plan_to_mapping
+from planner.core.model import Assignment
+from planner.core.plandoc import plan_document
 from profiles.profiler.runs import PlanSample
 from slurm_plugin.directives import parse_directives
 from slurm_plugin.files import read_text, write_json
 from wrapper import examples
-from wrapper.plandoc import plan_document
 
 
 class ProfilerError(MosaicError):

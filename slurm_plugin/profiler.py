@@ -34,7 +34,7 @@ from typing import IO, Any
 
 import psutil
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from profiles.profiler.measure import Throughput, heartbeats, throughput
 from profiles.profiler.runs import PlanSample, Request, RunSpec, next_run, remaining
 from profiles.profiler.state import RunResult, State, check_identity, state_from_json

@@ -38,8 +38,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from planner.errors import InputError
-from planner.hostlist import expand_hostlist
+from planner.core.errors import InputError
+from planner.core.hostlist import expand_hostlist
 from planner.metrics import JobRecord, active_at_arrival, summarize
 from planner.relaunch import Change
 from slurm_plugin.directives import decode_comment

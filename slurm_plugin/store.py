@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from planner.errors import MosaicError
+from planner.core.errors import MosaicError
 from profiles.observed import ObservedPoint, Shape
 from slurm_plugin.controller.faults import crash_point
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from slurm_plugin.directives import SUBMISSION, encode_comment, parse_directives
 from slurm_plugin.files import read_text
 from slurm_plugin.slurm.backend import SlurmClient

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from planner.metrics import SUMMARY_KEYS
 from slurm_plugin.files import write_atomic, write_json
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from planner.config import build_scheduler, preset
-from planner.model import Assignment, Job, JobState, Node, Snapshot
+from planner.core.model import Assignment, Job, JobState, Node, Snapshot
 from planner.pipeline import Scheduler
 from planner.traces.records import TraceJob
 from profiles.store import ProfileStore

@@ -27,14 +27,14 @@ from pathlib import Path
 
 import pytest
 
-from planner.errors import InputError
-from planner.model import Assignment
+from planner.core.errors import InputError
+from planner.core.model import Assignment
+from planner.core.plandoc import plan_file_path
 from slurm_plugin import planfile
 from slurm_plugin.controller.observe import build_observation
 from slurm_plugin.directives import DirectiveError, parse_directives
 from tests.slurm_plugin.test_controller_loop import FakeSlurm
 from wrapper import checkpoint, status
-from wrapper.plandoc import plan_file_path
 
 ROOT = Path(__file__).resolve().parents[1]
 SKIP_DIRS = {"tests", ".venv", "venv", "build", "dist", "out", ".git", "node_modules", "__pycache__"}

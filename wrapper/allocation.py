@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from planner.errors import InputError
-from planner.execplan import PlanError, plan_to_mapping, replan
-from planner.hostlist import expand_hostlist
-from planner.model import Assignment
-from wrapper.plandoc import JobPlan
+from planner.core.errors import InputError
+from planner.core.execplan import PlanError, plan_to_mapping, replan
+from planner.core.hostlist import expand_hostlist
+from planner.core.model import Assignment
+from planner.core.plandoc import JobPlan
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.errors import InputError
-from planner.fields import loads_json
+from planner.core.errors import InputError
+from planner.core.fields import loads_json
+from planner.core.plandoc import job_file_name
 from wrapper.atomic import write_atomic
-from wrapper.plandoc import job_file_name
 from wrapper.status import read_job_file, write_marker
 
 COMPLETE_MARKER = "MOSAIC-COMPLETE"

@@ -25,13 +25,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from planner.errors import InputError
-from planner.execplan import PlanError, check_transition, plan_from_mapping, plan_to_mapping, resolve
+from planner.core.errors import InputError
+from planner.core.execplan import PlanError, check_transition, plan_from_mapping, plan_to_mapping, resolve
+from planner.core.plandoc import JobPlan
 from wrapper import checkpoint, render, status
 from wrapper.allocation import adapt, mismatch, slurm_allocation
 from wrapper.deepspeed_resume import prepare_deepspeed_resume
 from wrapper.launch import TASK_SHIM, Supervisor, free_port, start_local, start_srun
-from wrapper.plandoc import JobPlan
 from wrapper.planfile import find_plan_file, read_plan_file
 
 log = logging.getLogger("mosaic-run")

@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from planner.execplan import ExecPlan, PlanError
+from planner.core.execplan import ExecPlan, PlanError
 from wrapper.checkpoint import CheckpointInfo, read_complete_marker, write_complete_marker
 
 log = logging.getLogger(__name__)

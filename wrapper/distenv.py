@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from planner.errors import InputError
-from planner.hostlist import expand_hostlist
+from planner.core.errors import InputError
+from planner.core.hostlist import expand_hostlist
 
 # Ports 20000-39999: above the usual service range and below Linux's default ephemeral range
 # (32768+ overlaps, but jobs on one node rarely share a job id modulo 20000).

@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 
 
 @dataclass(frozen=True)

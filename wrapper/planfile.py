@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from planner.fields import json_document
-from wrapper.plandoc import JobPlan, PlanFileError, parse_plan_document, plan_file_path
+from planner.core.fields import json_document
+from planner.core.plandoc import JobPlan, PlanFileError, parse_plan_document, plan_file_path
 from wrapper.status import spool_dir
 
 

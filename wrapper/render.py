@@ -16,8 +16,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from planner.execplan import ExecPlan, PlanError, plan_to_mapping
-from planner.model import Assignment
+from planner.core.execplan import ExecPlan, PlanError, plan_to_mapping
+from planner.core.model import Assignment
 
 FRAMEWORKS = ("torch", "deepspeed", "megatron")
 

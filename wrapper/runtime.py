@@ -42,7 +42,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from planner.execplan import ExecPlan, plan_from_mapping
+from planner.core.execplan import ExecPlan, plan_from_mapping
 from wrapper import checkpoint, status
 from wrapper.telemetry import Telemetry
 

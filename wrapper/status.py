@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from planner.fields import loads_json
+from planner.core.fields import loads_json
 from wrapper.atomic import write_atomic
 
 DEFAULT_SPOOL = "/var/spool/mosaic"
@@ -41,7 +41,7 @@ def spool_dir(env: Mapping[str, str]) -> Path:
 
 def status_dir(spool: str | Path, job_id: str) -> Path:
     """``<spool>/status/<job id>``; a job id that cannot name a directory is refused."""
-    from wrapper.plandoc import job_file_name
+    from planner.core.plandoc import job_file_name
 
     return Path(spool) / "status" / job_file_name(job_id, "a status directory")
 

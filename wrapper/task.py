@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from wrapper.distenv import task_environment
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
-from planner.model import Job, Snapshot
+from planner.core.model import Job, Snapshot
 from planner.policies.common import arrival_key, choice, options_reader, remaining_estimate_s
 from planner.registry import StageContext
 from planner.stages import ORDERINGS

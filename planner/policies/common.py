@@ -9,9 +9,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from planner.errors import ConfigError
-from planner.fields import Fields
-from planner.model import Job
+from planner.core.errors import ConfigError
+from planner.core.fields import Fields
+from planner.core.model import Job
 from planner.slots import consolidated_slots
 
 __all__ = ["arrival_key", "choice", "consolidated_slots", "id_key", "options_reader", "remaining_estimate_s"]

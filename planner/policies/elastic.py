@@ -17,7 +17,7 @@ mechanism they build on, with a plain throughput rule (Pollux/Sia-style marginal
    more than ``min_gain`` (a running job must gain enough to pay its relaunch).
 3. Every changed job gets the GPU-proportional CPUs and memory of its new GPUs and its plan
    rescaled to the new count (same global batch: ``dp`` and micro-batch x accumulation
-   follow, :func:`planner.execplan.rescale`).
+   follow, :func:`planner.core.execplan.rescale`).
 
 Rigid jobs are never resized (a waiting rigid job may be admitted on GPUs freed here).
 Re-planning an applied plan changes nothing: a job at a count already chosen has no free
@@ -30,8 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
-from planner.execplan import PlanError, plan_from_mapping, plan_to_mapping, replan
-from planner.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
+from planner.core.execplan import PlanError, plan_from_mapping, plan_to_mapping, replan
+from planner.core.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
 from planner.policies.common import options_reader
 from planner.policies.shaping import proportional_share
 from planner.registry import StageContext

@@ -31,8 +31,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from planner.core.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
 from planner.matching import assign
-from planner.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
 from planner.stages import Draft
 from planner.validate import over_committed
 

@@ -31,8 +31,8 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
+from planner.core.model import Assignment, GpuSlot, Node, Snapshot
 from planner.matching import assign
-from planner.model import Assignment, GpuSlot, Node, Snapshot
 from planner.policies.common import options_reader
 from planner.registry import StageContext
 from planner.stages import MIGRATIONS, Draft

@@ -31,8 +31,8 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
+from planner.core.model import Assignment, Job, Outcome, Snapshot
 from planner.matching import assign, assign_by_kind
-from planner.model import Assignment, Job, Outcome, Snapshot
 from planner.policies.common import options_reader
 from planner.registry import StageContext
 from planner.stages import PACKINGS, Draft

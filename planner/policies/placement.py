@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
-from planner.model import Assignment, GpuSlot, Job, JobState, Node, Outcome, Snapshot
+from planner.core.model import Assignment, GpuSlot, Job, JobState, Node, Outcome, Snapshot
 from planner.policies.common import options_reader
 from planner.registry import StageContext
 from planner.stages import PLACEMENTS, Draft

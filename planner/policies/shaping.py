@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from planner.model import Assignment, GpuSlot, Node, Snapshot
+from planner.core.model import Assignment, GpuSlot, Node, Snapshot
 from planner.policies.common import options_reader
 from planner.registry import StageContext
 from planner.stages import SHAPINGS, Draft

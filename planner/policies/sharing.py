@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from planner.model import Assignment, GpuSlot, Job, Outcome, Snapshot
+from planner.core.model import Assignment, GpuSlot, Job, Outcome, Snapshot
 from planner.policies.common import id_key, options_reader, remaining_estimate_s
 from planner.policies.placement import ConsolidatedPlacement
 from planner.registry import StageContext

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, ClassVar, Self
 
-from planner.model import Job, JobState, Snapshot
+from planner.core.model import Job, JobState, Snapshot
 from planner.policies.common import arrival_key, options_reader
 from planner.registry import StageContext
 from planner.stages import ORDERINGS

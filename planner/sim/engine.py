@@ -28,9 +28,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from planner.errors import ConfigError, SimulationError
+from planner.core.errors import ConfigError, SimulationError
+from planner.core.model import Assignment, Job, JobState, Node, RoundPlan, Snapshot
 from planner.metrics import JobRecord, active_at_arrival, summarize
-from planner.model import Assignment, Job, JobState, Node, RoundPlan, Snapshot
 from planner.pipeline import Clock, Scheduler, plan_round
 from planner.relaunch import Change, classify
 from planner.sim.progress import SpeedModel

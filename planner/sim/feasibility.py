@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from planner.model import Node
+from planner.core.model import Node
 from planner.traces.records import TraceJob
 
 SHOWN = 10

@@ -45,8 +45,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from planner.errors import SimulationError
-from planner.model import Assignment, Node
+from planner.core.errors import SimulationError
+from planner.core.model import Assignment, Node
 from planner.policies.shaping import proportional_share
 from planner.traces.records import TraceJob
 from profiles.interference import PairInterference, Sharer

@@ -14,7 +14,7 @@ import io
 import math
 from collections.abc import Iterator, Mapping, Sequence
 
-from planner.errors import TraceError
+from planner.core.errors import TraceError
 
 
 class Cells:

@@ -47,7 +47,7 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from planner.errors import TraceError
+from planner.core.errors import TraceError
 from planner.traces.artifact_csv import artifact_rows
 from planner.traces.records import TraceJob
 from profiles.gpus import catalog

@@ -18,10 +18,10 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from planner.errors import TraceError
-from planner.execplan import PlanError, plan_from_mapping
-from planner.fields import loads_json
-from planner.model import demand_problem
+from planner.core.errors import TraceError
+from planner.core.execplan import PlanError, plan_from_mapping
+from planner.core.fields import loads_json
+from planner.core.model import demand_problem
 from planner.traces.records import TraceJob
 
 REQUIRED_COLUMNS = ("job_id", "submit_time_s", "num_gpus", "duration_s", "model")

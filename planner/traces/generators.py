@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.errors import ConfigError
+from planner.core.errors import ConfigError
 from planner.traces.records import TraceJob
 
 # -- the real Philly GPU-demand distribution ----------------------------------------------

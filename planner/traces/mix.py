@@ -31,7 +31,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from planner.errors import ConfigError, TraceError
+from planner.core.errors import ConfigError, TraceError
 from planner.traces.crius import elastic, iteration_time, random_types, split_model
 from planner.traces.generators import shockwave_trace, synergy_trace
 from planner.traces.records import TraceJob

@@ -12,7 +12,7 @@ import csv
 import io
 from dataclasses import dataclass
 
-from planner.errors import TraceError
+from planner.core.errors import TraceError
 from planner.traces.records import TraceJob
 from profiles.names import split_batch_suffix
 

@@ -14,7 +14,7 @@ class TraceJob:
     ``duration_s`` is the job's isolated run time with the GPU-proportional CPU/memory
     share and its submitted plan (on ``gpu_type`` when given, else on any GPU type).
     ``min_gpus``/``max_gpus``/``gpu_types`` are the elastic demand of
-    :class:`planner.model.Job` (absent: rigid, ``num_gpus`` of ``gpu_type``).
+    :class:`planner.core.model.Job` (absent: rigid, ``num_gpus`` of ``gpu_type``).
     ``time_limit_s`` is the run time the job declared (Slurm's ``--time``), an upper bound
     a scheduler may use where it may not read ``duration_s``; ``None``: not declared.
     """

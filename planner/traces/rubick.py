@@ -37,8 +37,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.errors import TraceError
-from planner.execplan import PlanError, plan_from_mapping, resolve
+from planner.core.errors import TraceError
+from planner.core.execplan import PlanError, plan_from_mapping, resolve
 from planner.traces.artifact_csv import Cells, artifact_rows
 from planner.traces.records import TraceJob
 from profiles.names import normalise

@@ -88,7 +88,7 @@ from statistics import median
 import numpy as np
 import numpy.typing as npt
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from profiles.names import normalise
 from profiles.perfmodel.agile_model import (
     CANONICAL_NAMES,

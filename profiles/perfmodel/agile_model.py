@@ -17,7 +17,7 @@ from functools import cache
 
 import numpy as np
 
-from planner.errors import ConfigError, InputError
+from planner.core.errors import ConfigError, InputError
 from profiles.gpus import catalog
 from profiles.names import normalise
 from profiles.perfmodel.crius import DEVICES

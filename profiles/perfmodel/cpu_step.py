@@ -63,8 +63,8 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
-from planner.errors import InputError, ProfileError
-from planner.fields import Fields, json_document
+from planner.core.errors import InputError, ProfileError
+from planner.core.fields import Fields, json_document
 from profiles.names import normalise
 from profiles.perfmodel.docparts import FORMAT, SHAPE_KEYS, fit_block, read_rmsle, read_shape, shape_entry
 from profiles.perfmodel.fit import Measurement

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from profiles.names import normalise
 from profiles.perfmodel.query import Query
 

@@ -29,8 +29,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.errors import InputError
-from planner.execplan import MAX_ZERO_STAGE, ExecPlan, PlanError, resolve
+from planner.core.errors import InputError
+from planner.core.execplan import MAX_ZERO_STAGE, ExecPlan, PlanError, resolve
 from profiles.names import normalise
 from profiles.perfmodel.fit import Measurement
 from profiles.perfmodel.query import ModelShape, Query
@@ -202,7 +202,7 @@ def _row(
         )
     zero = c.integer("zero_stage", minimum=0) or 0
     offload_optimizer, offload_param = c.flag("offload_optimizer"), c.flag("offload_param")
-    # DeepSpeed's rules (planner.execplan.check), each reported at the column that breaks it.
+    # DeepSpeed's rules (planner.core.execplan.check), each reported at the column that breaks it.
     if zero > MAX_ZERO_STAGE:
         raise c.fail("zero_stage", f"expected 0, 1, 2 or 3, got {zero}")
     if offload_optimizer and zero == 0:

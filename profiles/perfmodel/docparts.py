@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.errors import InputError, ProfileError
-from planner.fields import Fields
+from planner.core.errors import InputError, ProfileError
+from planner.core.fields import Fields
 from profiles.perfmodel.query import ModelShape
 
 FORMAT = "mosaic-perfmodel/1"

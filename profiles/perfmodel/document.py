@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import asdict, fields
 from typing import Any
 
-from planner.errors import InputError, ProfileError
-from planner.fields import Fields, json_document
+from planner.core.errors import InputError, ProfileError
+from planner.core.fields import Fields, json_document
 from profiles.perfmodel import cpu_step
 from profiles.perfmodel.cpu_step import CpuStepModel
 from profiles.perfmodel.docparts import FORMAT, SHAPE_KEYS, fit_block, read_rmsle, read_shape, shape_entry

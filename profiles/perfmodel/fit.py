@@ -58,7 +58,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy.optimize import least_squares
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from profiles.names import normalise
 from profiles.perfmodel.memory import fits
 from profiles.perfmodel.query import Environment, ModelShape, Query

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from planner.errors import InputError
-from planner.execplan import ExecPlan, PlanError, resolve
+from planner.core.errors import InputError
+from planner.core.execplan import ExecPlan, PlanError, resolve
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +69,7 @@ class ModelShape:
 class Query:
     """One configuration to predict: a model, its resolved plan, nodes and CPUs per GPU.
 
-    ``plan`` is resolved (:func:`planner.execplan.resolve`): ``dp x tp x pp`` workers, one
+    ``plan`` is resolved (:func:`planner.core.execplan.resolve`): ``dp x tp x pp`` workers, one
     per GPU, and ``dp x micro_batch x grad_accum`` = the global batch. ``nodes`` is how
     many servers the GPUs are spread over (evenly); ``cpus_per_gpu`` (``c``) only matters
     for ZeRO-Offload, whose optimizer step runs on the CPU. ``gpu_type`` names the GPU

@@ -58,8 +58,8 @@ from functools import cache
 from importlib import resources
 from typing import Literal
 
-from planner.errors import InputError
-from planner.execplan import ExecPlan, PlanError, resolve
+from planner.core.errors import InputError
+from planner.core.execplan import ExecPlan, PlanError, resolve
 from profiles.gpus import catalog
 from profiles.names import normalise
 from profiles.perfmodel.csvio import parse_table

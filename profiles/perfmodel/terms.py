@@ -42,7 +42,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import numpy.typing as npt
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from profiles.perfmodel.query import Environment, Query
 
 FloatArray = npt.NDArray[np.float64]

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from planner.errors import ProfileError
+from planner.core.errors import ProfileError
 from profiles.document import FORMAT as PROFILES_FORMAT
 from profiles.document import profiles_from_document
 from profiles.perfmodel import cpu_step

@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner.errors import ProfileError
-from planner.execplan import ExecPlan, PlanError, plan_from_mapping, plan_to_mapping
+from planner.core.errors import ProfileError
+from planner.core.execplan import ExecPlan, PlanError, plan_from_mapping, plan_to_mapping
 from profiles.optimistic import DEFAULT_THRESHOLD
 from profiles.profiler.search import check_cpu_counts, next_cpu_count
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.errors import ProfileError
+from planner.core.errors import ProfileError
 from profiles.optimistic import DEFAULT_THRESHOLD, cpu_curve, cpu_points_to_measure
 
 

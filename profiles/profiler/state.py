@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from planner.errors import ProfileError
-from planner.fields import Fields, json_document
+from planner.core.errors import ProfileError
+from planner.core.fields import Fields, json_document
 
 FORMAT = "mosaic-profile-state/1"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from planner.errors import ConfigError
+from planner.core.errors import ConfigError
 from slurm_plugin.files import read_text, write_atomic
 from slurm_plugin.slurm import parse
 from slurm_plugin.slurm.backend import CliSlurm

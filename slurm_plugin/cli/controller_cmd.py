@@ -10,9 +10,9 @@ import pwd
 from pathlib import Path
 from typing import Any
 
-from planner.codec import snapshot_to_json
 from planner.config import build_scheduler
-from planner.errors import ConfigError, InputError
+from planner.core.codec import snapshot_to_json
+from planner.core.errors import ConfigError, InputError
 from slurm_plugin import statusview
 from slurm_plugin.cli.scheduler_args import add_scheduler_args, scheduler_config
 from slurm_plugin.controller.config import ControllerConfig, controller_config

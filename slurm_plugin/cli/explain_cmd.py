@@ -16,10 +16,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from planner.codec import round_plan_from_json
-from planner.errors import InputError, MosaicError, SnapshotError
+from planner.core.codec import round_plan_from_json
+from planner.core.errors import InputError, MosaicError, SnapshotError
+from planner.core.model import Job
 from planner.explain import ROUNDS_FILE, Explanation, JobFacts, Round, explain, read_recorded
-from planner.model import Job
 from slurm_plugin.cli.controller_cmd import _live_args, load_config
 from slurm_plugin.cli.report_cmd import _quotas
 from slurm_plugin.controller.observe import build_observation

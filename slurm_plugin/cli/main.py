@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
-from planner.errors import MosaicError
+from planner.core.errors import MosaicError
 from slurm_plugin.cli import (
     cluster_cmd,
     compare_cmd,

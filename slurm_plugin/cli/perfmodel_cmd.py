@@ -20,7 +20,7 @@ import json
 import logging
 import sys
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from profiles.names import normalise
 from profiles.perfmodel import (
     FitOptions,

@@ -8,8 +8,8 @@ import sys
 import time
 
 from planner import plan_round
-from planner.codec import round_plan_to_json, snapshot_from_json
 from planner.config import build_scheduler
+from planner.core.codec import round_plan_to_json, snapshot_from_json
 from slurm_plugin.cli.scheduler_args import add_scheduler_args, scheduler_config
 from slurm_plugin.files import read_json
 from slurm_plugin.profiles_file import load_profile_store

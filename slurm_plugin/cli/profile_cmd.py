@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from profiles.perfmodel.query import ModelShape
 from profiles.profiler.output import (
     CacheSpec,

@@ -8,7 +8,7 @@ import tomllib
 from typing import Any
 
 from planner.config import PRESETS, SchedulerConfig, config_from_mapping
-from planner.errors import ConfigError
+from planner.core.errors import ConfigError
 from slurm_plugin.files import read_toml
 
 log = logging.getLogger(__name__)

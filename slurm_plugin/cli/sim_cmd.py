@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from planner.cluster import cluster_from_toml
-from planner.codec import round_plan_to_json
 from planner.config import build_scheduler
-from planner.errors import InputError
+from planner.core.codec import round_plan_to_json
+from planner.core.errors import InputError
+from planner.core.model import RoundPlan
 from planner.explain import ROUNDS_FILE, rounds_header
 from planner.metrics import CLASS_KEYS, SUMMARY_KEYS, jobs_csv, tenant_summary
-from planner.model import RoundPlan
 from planner.sim import SimConfig, Simulator, TimelinePoint
 from planner.sim.feasibility import describe, never_startable
 from planner.traces import parse_trace

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from planner.cluster import cluster_from_toml
 from planner.config import PRESETS, build_scheduler
-from planner.errors import MosaicError
+from planner.core.errors import MosaicError
 from slurm_plugin import sweep as sw
 from slurm_plugin.cli import sim_cmd
 from slurm_plugin.cli.scheduler_args import scheduler_config

@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 from collections.abc import Mapping
 
-from planner.errors import ConfigError
+from planner.core.errors import ConfigError
 from planner.traces import format_trace
 from planner.traces.crius import divide_iterations, elastic, parse_crius_trace, random_types
 from planner.traces.csvio import parse_trace

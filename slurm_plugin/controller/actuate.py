@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from planner.errors import MosaicError
-from planner.model import Assignment
+from planner.core.errors import MosaicError
+from planner.core.model import Assignment
 from planner.relaunch import mem_mb_per_node
 from slurm_plugin import planfile
 from slurm_plugin.controller.config import ControllerConfig

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from planner.errors import ConfigError
+from planner.core.errors import ConfigError
 from profiles.gpus import catalog
 
 DEFAULT_GPU_TYPES = tuple(t.slurm_feature for t in catalog().types.values())

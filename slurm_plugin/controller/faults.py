@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import signal
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 
 CRASH_ENV = "MOSAIC_CRASH_AT"
 LOG_ENV = "MOSAIC_CRASH_LOG"

@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from planner.model import Assignment
+from planner.core.model import Assignment
 from slurm_plugin.slurm.parse import SlurmJob
 
 

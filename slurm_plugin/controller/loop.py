@@ -14,8 +14,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import astuple, dataclass, field, replace
 from typing import Any
 
-from planner.codec import assignment_from_json, round_plan_to_json
-from planner.model import Assignment
+from planner.core.codec import assignment_from_json, round_plan_to_json
+from planner.core.model import Assignment
 from planner.pipeline import Scheduler, plan_round
 from slurm_plugin import planfile
 from slurm_plugin.controller import metrics

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from planner.model import Assignment
+from planner.core.model import Assignment
 from planner.relaunch import Change
 from slurm_plugin.controller.observe import OUTSIDE_PREFIX, RUNNING_STATES, Observation
 from slurm_plugin.files import write_atomic

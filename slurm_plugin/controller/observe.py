@@ -1,4 +1,4 @@
-"""Slurm's view -> the planner's :class:`~planner.model.Snapshot` (pure, plus one I/O helper;
+"""Slurm's view -> the planner's :class:`~planner.core.model.Snapshot` (pure, plus one I/O helper;
 the caller may keep pending jobs' planner records between calls: :class:`PendingJobs`).
 
 * Nodes: those of the managed partitions that are usable (down, drained, draining or
@@ -22,9 +22,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from planner.errors import InputError
-from planner.execplan import plan_from_mapping
-from planner.model import Assignment, Job, JobState, Node, Snapshot, demand_problem
+from planner.core.errors import InputError
+from planner.core.execplan import plan_from_mapping
+from planner.core.model import Assignment, Job, JobState, Node, Snapshot, demand_problem
 from profiles.gpus import catalog
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.layout import TaskLayout, layout_of

@@ -40,9 +40,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from planner.errors import InputError
-from planner.fields import loads_json
-from planner.model import Job
+from planner.core.errors import InputError
+from planner.core.fields import loads_json
+from planner.core.model import Job
 from planner.pipeline import Scheduler
 from profiles.observed import ObservedPoint, Shape, refine_store
 from profiles.schema import plan_key

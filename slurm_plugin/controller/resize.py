@@ -23,10 +23,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from planner.codec import assignment_to_json
-from planner.errors import InputError
-from planner.execplan import plan_from_mapping, plan_to_mapping, replan, resolve
-from planner.model import Assignment, Job, JobState, Snapshot
+from planner.core.codec import assignment_to_json
+from planner.core.errors import InputError
+from planner.core.execplan import plan_from_mapping, plan_to_mapping, replan, resolve
+from planner.core.model import Assignment, Job, JobState, Snapshot
 from planner.policies.shaping import proportional_share
 from planner.slots import consolidated_slots, free_gpus
 from slurm_plugin.controller.actuate import Actuator

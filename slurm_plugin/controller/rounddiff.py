@@ -27,7 +27,7 @@ from enum import StrEnum
 from typing import Any
 
 from planner import relaunch
-from planner.model import Assignment
+from planner.core.model import Assignment
 from planner.relaunch import Change, Shape, classify, mem_mb_per_node
 from slurm_plugin.controller.layout import TaskLayout, expressible_cpus, layout_fields
 from slurm_plugin.controller.observe import Observation

@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.errors import InputError
+from planner.core.errors import InputError
+from planner.core.plandoc import PLANS_DIR, job_file_name
 from slurm_plugin import planfile
-from wrapper.plandoc import PLANS_DIR, job_file_name
 
 log = logging.getLogger(__name__)
 

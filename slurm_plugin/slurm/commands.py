@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from slurm_plugin.slurm.parse import SQUEUE_FIELDS
 
 SQUEUE_JSON = ("squeue", "--json")

@@ -20,9 +20,9 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
-from planner import hostlist
-from planner.errors import MosaicError
-from planner.fields import loads_json
+from planner.core import hostlist
+from planner.core.errors import MosaicError
+from planner.core.fields import loads_json
 
 
 class SlurmParseError(MosaicError):
@@ -43,7 +43,7 @@ MAX_TIME_LIMIT_MIN = 365 * 24 * 60  # the longest time limit squeue --Format pri
 
 
 def expand_hostlist(text: str) -> tuple[str, ...]:
-    """``n[1-3,5],m2`` -> ``(n1, n2, n3, n5, m2)`` (:mod:`planner.hostlist`, as a parse error)."""
+    """``n[1-3,5],m2`` -> ``(n1, n2, n3, n5, m2)`` (:mod:`planner.core.hostlist`, as a parse error)."""
     try:
         return hostlist.expand_hostlist(text)
     except hostlist.HostlistError as e:
@@ -187,7 +187,7 @@ class SlurmJob:
     stop the controller applied (a preemption counts at its stop, before any resume) and
     for each requeue Mosaic did not ask for (a node lost, an operator's ``scontrol
     requeue``). It is what the planner is told as :attr:`Job.restarts
-    <planner.model.Job.restarts>` of a live job; it is neither the simulator's restarts
+    <planner.core.model.Job.restarts>` of a live job; it is neither the simulator's restarts
     (:func:`planner.relaunch.classify`) nor the stops the restart rate limit counts.
     """
 

@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.errors import MosaicError
+from planner.core.errors import MosaicError
 
 log = logging.getLogger(__name__)
 

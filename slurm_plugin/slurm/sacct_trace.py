@@ -43,7 +43,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner.execplan import PlanError, plan_from_mapping
+from planner.core.execplan import PlanError, plan_from_mapping
 from planner.traces.csvio import format_trace
 from planner.traces.records import TraceJob
 from slurm_plugin.directives import decode_comment

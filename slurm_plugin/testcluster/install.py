@@ -10,7 +10,7 @@ import logging
 import os
 import shutil
 
-from planner.errors import MosaicError
+from planner.core.errors import MosaicError
 from slurm_plugin.slurm.runner import run
 
 log = logging.getLogger(__name__)

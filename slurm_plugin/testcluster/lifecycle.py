@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.errors import MosaicError
+from planner.core.errors import MosaicError
 from slurm_plugin.files import write_atomic
 from slurm_plugin.slurm.runner import SlurmCommandError, run
 from slurm_plugin.testcluster import install

@@ -24,7 +24,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from planner.errors import ConfigError
+from planner.core.errors import ConfigError
 
 MANAGED_PARTITION = "gpu"
 """The partition Mosaic schedules."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.errors import InputError, MosaicError
+from planner.core.errors import InputError, MosaicError
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "slurm"
@@ -274,7 +274,7 @@ def _comment(text: str) -> None:
 
 
 def _snapshot(text: str) -> None:
-    from planner.codec import snapshot_from_json, snapshot_to_json
+    from planner.core.codec import snapshot_from_json, snapshot_to_json
 
     snapshot = snapshot_from_json(text, SOURCE)
     if snapshot_from_json(json.dumps(snapshot_to_json(snapshot)), SOURCE) != snapshot:
@@ -282,7 +282,7 @@ def _snapshot(text: str) -> None:
 
 
 def _round_plan(text: str) -> None:
-    from planner.codec import round_plan_from_json, round_plan_to_json
+    from planner.core.codec import round_plan_from_json, round_plan_to_json
 
     plan = round_plan_from_json(text, SOURCE)
     json.dumps(round_plan_to_json(plan))  # plans and policy states are opaque: NaN passes through
@@ -304,7 +304,7 @@ def _cluster(text: str) -> None:
 
 def _scheduler_config(text: str) -> None:
     from planner.config import build_scheduler, config_from_mapping
-    from planner.errors import ConfigError
+    from planner.core.errors import ConfigError
 
     table = _toml_table(text, "scheduler")
     if table is None:
@@ -348,8 +348,8 @@ def _perfmodel_csv(text: str) -> None:
 
 
 def _plan_document(text: str) -> None:
-    from planner.fields import json_document
-    from wrapper.plandoc import PlanFileError, parse_plan_document
+    from planner.core.fields import json_document
+    from planner.core.plandoc import PlanFileError, parse_plan_document
 
     parse_plan_document(json_document(text, SOURCE, PlanFileError), SOURCE)
 
@@ -540,8 +540,8 @@ def _slurm_fields(text: str) -> None:
 
 def _plan_path(text: str) -> None:
     """A job id naming a plan file (or a status directory) stays inside the spool."""
+    from planner.core.plandoc import plan_file_path
     from slurm_plugin import planfile
-    from wrapper.plandoc import plan_file_path
 
     spool = Path("/spool")
     for path, base in (

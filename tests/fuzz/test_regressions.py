@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from planner.codec import round_plan_from_json, snapshot_from_json
 from planner.config import config_from_mapping
-from planner.errors import InputError, MosaicError
-from planner.fields import Fields
-from planner.hostlist import expand_hostlist
+from planner.core.codec import round_plan_from_json, snapshot_from_json
+from planner.core.errors import InputError, MosaicError
+from planner.core.fields import Fields
+from planner.core.hostlist import expand_hostlist
 from slurm_plugin import planfile
 from slurm_plugin.controller.config import controller_config
 from slurm_plugin.controller.observe import _positive

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from planner import plan_round
-from planner.errors import ConfigError
+from planner.core.errors import ConfigError
 from tests.builders import make_job, make_node, make_snapshot, scheduler
 
 

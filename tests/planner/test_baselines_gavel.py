@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from planner import plan_round
-from planner.model import JobState
+from planner.core.model import JobState
 from planner.policies.baselines.gavel_het import gavel_allocation
 from tests.builders import make_job, make_node, make_snapshot, running, scheduler
 

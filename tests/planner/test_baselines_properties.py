@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from planner import plan_round
-from planner.model import Assignment, Job, JobState, Node, Snapshot
+from planner.core.model import Assignment, Job, JobState, Node, Snapshot
 from planner.sim.engine import SimConfig, simulate
 from planner.validate import plan_violations
 from tests.builders import profiles, scheduler, trace_job

@@ -1,7 +1,7 @@
 import pytest
 
 from planner.cluster import cluster_from_toml, gpu_mem_gb_of
-from planner.errors import ClusterError
+from planner.core.errors import ClusterError
 
 
 def test_groups_expand_to_named_nodes():

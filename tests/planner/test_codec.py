@@ -3,14 +3,14 @@ import json
 import pytest
 
 from planner import plan_round
-from planner.codec import (
+from planner.core.codec import (
     round_plan_from_json,
     round_plan_to_json,
     snapshot_from_json,
     snapshot_to_json,
 )
-from planner.errors import SnapshotError
-from planner.model import JobState
+from planner.core.errors import SnapshotError
+from planner.core.model import JobState
 from tests.builders import make_job, make_nodes, make_snapshot, running, scheduler
 
 

@@ -1,7 +1,7 @@
 import pytest
 
 from planner.config import PRESETS, build_scheduler, config_from_mapping, preset
-from planner.errors import ConfigError
+from planner.core.errors import ConfigError
 from planner.registry import Registry
 from planner.stages import ORDERINGS
 

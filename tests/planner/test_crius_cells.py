@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from planner.errors import ConfigError
-from planner.execplan import plan_from_mapping, resolve
-from planner.model import Job
+from planner.core.errors import ConfigError
+from planner.core.execplan import plan_from_mapping, resolve
+from planner.core.model import Job
 from planner.policies.crius import AgileCells, MeasuredCells, candidate_counts, candidate_types, stage_choices
 from planner.policies.crius.cell import CellModel
 from planner.policies.crius.cells import dp_fits

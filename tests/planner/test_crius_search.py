@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from planner import plan_round
 from planner.config import build_scheduler, preset
-from planner.errors import ConfigError
-from planner.model import Assignment, Job, JobState, Node, Snapshot
+from planner.core.errors import ConfigError
+from planner.core.model import Assignment, Job, JobState, Node, Snapshot
 from planner.pipeline import Scheduler
 from planner.policies.crius.cell import Cell
 from planner.policies.crius.deadline import DeadlineRule, min_satisfactory_share, satisfactory_ratio

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from planner import PRESETS, plan_round
-from planner.model import Assignment, Job, RoundPlan, Snapshot
+from planner.core.model import Assignment, Job, RoundPlan, Snapshot
 from planner.sim import SimConfig, simulate
 from planner.validate import plan_violations
 from tests.builders import (

@@ -7,8 +7,8 @@ from dataclasses import replace
 from hypothesis import given
 
 from planner import plan_round
-from planner.execplan import plan_from_mapping
-from planner.model import Outcome
+from planner.core.execplan import plan_from_mapping
+from planner.core.model import Outcome
 from planner.validate import plan_violations
 from tests.builders import make_job, make_nodes, make_snapshot, running, scheduler
 from tests.planner.test_elastic import elastic_snapshots

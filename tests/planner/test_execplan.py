@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.execplan import (
+from planner.core.execplan import (
     ExecPlan,
     PlanError,
     check_transition,
@@ -137,7 +137,7 @@ def test_every_resolved_plan_round_trips_through_json(plan):
 
 
 def test_replan_keeps_the_global_batch_on_another_worker_count():
-    from planner.execplan import replan
+    from planner.core.execplan import replan
 
     resolved = resolve(plan_from_mapping({"micro_batch": 4}), 2, 16)
     assert plan_to_mapping(replan(resolved, 4)) == {

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from planner.core.model import Assignment, Outcome, RoundPlan
 from planner.explain import JobFacts, Round, explain
-from planner.model import Assignment, Outcome, RoundPlan
 
 NODES = {"n1": ("a100", 4), "n2": ("v100", 4)}
 ELASTIC = JobFacts("7", 4, gpu_types=("a100", "v100"), min_gpus=2, max_gpus=4, tenant="research")

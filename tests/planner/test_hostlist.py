@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.hostlist import HostlistError, expand_hostlist
+from planner.core.hostlist import HostlistError, expand_hostlist
 
 
 def test_ranges_lists_padding_and_plain_names_expand_in_order():

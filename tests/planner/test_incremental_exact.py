@@ -9,7 +9,7 @@ import gc
 import random
 from dataclasses import replace
 
-from planner.model import Job, JobState, Outcome
+from planner.core.model import Job, JobState, Outcome
 from planner.policies.placement import ConsolidatedPlacement, _Board, _Demand
 from planner.policies.tiresias import Tiresias
 from tests.builders import make_job, make_node, make_snapshot, running
@@ -372,7 +372,7 @@ def test_tiresias_memo_for_running_jobs_equals_a_fresh_policy_each_round():
 def test_plan_checker_finds_what_plan_violations_finds_over_a_sequence_of_plans():
     # Plans that keep some of the last plan's assignment objects, drop others and add new
     # ones, some of them broken (a GPU twice, a wrong count, too many CPUs or GB on a node).
-    from planner.model import Assignment, RoundPlan
+    from planner.core.model import Assignment, RoundPlan
     from planner.validate import PlanChecker, plan_violations
 
     rng = random.Random(13)

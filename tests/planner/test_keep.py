@@ -7,7 +7,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.model import Assignment, Outcome, RoundPlan
+from planner.core.model import Assignment, Outcome, RoundPlan
 from planner.policies.keep import keep_in_place
 from planner.stages import Draft
 from planner.validate import plan_violations

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from planner import plan_round
-from planner.model import Assignment
+from planner.core.model import Assignment
 from planner.policies.migration import (
     TesseraeMigration,
     gpu_cost,

@@ -2,8 +2,8 @@ from dataclasses import replace
 
 import pytest
 
-from planner.errors import InputError
-from planner.model import Assignment, Job, JobState, demand_problem
+from planner.core.errors import InputError
+from planner.core.model import Assignment, Job, JobState, demand_problem
 from tests.builders import make_job
 
 

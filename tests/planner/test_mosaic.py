@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from planner import plan_round
 from planner.config import Tenant, build_scheduler, preset
-from planner.errors import ConfigError
-from planner.model import Assignment, Job, JobState, Node, Snapshot
+from planner.core.errors import ConfigError
+from planner.core.model import Assignment, Job, JobState, Node, Snapshot
 from planner.pipeline import Scheduler
 from planner.policies.mosaic.ordering import bound_bucket
 from planner.policies.mosaic.rules import crius_decides, shares_gpus

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from planner import plan_round
 from planner.config import build_scheduler, preset
+from planner.core.model import JobState, Outcome
 from planner.matching import assign, assign_by_kind, total
-from planner.model import JobState, Outcome
 from planner.pipeline import _protect_running
 from planner.policies.common import remaining_estimate_s
 from planner.policies.packing import ClassGraph, GavelPacking, PackingOptions

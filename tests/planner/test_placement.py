@@ -1,6 +1,6 @@
 """Consolidated placement: best fit, fewest nodes, stickiness, displacement order."""
 
-from planner.model import Outcome
+from planner.core.model import Outcome
 from planner.policies.placement import ConsolidatedPlacement
 from tests.builders import make_job, make_node, make_nodes, make_snapshot, running
 

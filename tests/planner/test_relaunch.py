@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.model import Assignment
+from planner.core.model import Assignment
 from planner.relaunch import Change, GpuSetChange, classify, gpu_set_change, mem_mb_per_node, slurm_shape
 
 

@@ -9,9 +9,9 @@ import pytest
 
 from planner import plan_round
 from planner.config import PRESETS, Tenant, build_scheduler
-from planner.errors import ConfigError
-from planner.execplan import check, plan_from_mapping
-from planner.model import Assignment, Job, JobState, Node, Outcome, Snapshot
+from planner.core.errors import ConfigError
+from planner.core.execplan import check, plan_from_mapping
+from planner.core.model import Assignment, Job, JobState, Node, Outcome, Snapshot
 from planner.policies.rubick.allocation import may_reconfigure
 from planner.policies.rubick.curves import SEARCH, job_curve
 from planner.policies.rubick.plans import candidate_plans

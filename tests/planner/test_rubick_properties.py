@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from planner import plan_round
 from planner.config import PRESETS, Tenant, build_scheduler
-from planner.execplan import plan_from_mapping, plan_to_mapping, replan
-from planner.model import Assignment, Job, JobState, Node, Outcome, Snapshot
+from planner.core.execplan import plan_from_mapping, plan_to_mapping, replan
+from planner.core.model import Assignment, Job, JobState, Node, Outcome, Snapshot
 from planner.policies.rubick.allocation import may_reconfigure
 from planner.policies.rubick.curves import even_nodes, job_curve
 from planner.policies.rubick.policy import privileged, rubick_usage, shared_book

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from planner import plan_round
 from planner.config import build_scheduler, preset
-from planner.errors import ConfigError
-from planner.execplan import plan_from_mapping, resolve
-from planner.model import Assignment, JobState, Outcome
+from planner.core.errors import ConfigError
+from planner.core.execplan import plan_from_mapping, resolve
+from planner.core.model import Assignment, JobState, Outcome
 from planner.policies.common import remaining_estimate_s
 from planner.sharing import best_setting
 from planner.validate import plan_violations

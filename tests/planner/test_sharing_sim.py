@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.model import Assignment
+from planner.core.model import Assignment
 from planner.sim import SimConfig, simulate
 from planner.sim.progress import SpeedModel
 from profiles.interference import PairInterference, Sharer

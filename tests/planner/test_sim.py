@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from planner.errors import ConfigError, SimulationError
-from planner.model import Assignment
+from planner.core.errors import ConfigError, SimulationError
+from planner.core.model import Assignment
 from planner.pipeline import Scheduler
 from planner.sim import SimConfig, simulate
 from planner.sim.progress import SpeedModel
@@ -247,7 +247,7 @@ def test_renumbering_gpus_on_the_same_node_costs_nothing_and_a_move_costs_a_rest
 def test_snapshot_entries_rebuilt_slot_by_slot_equal_the_constructors():
     # Running jobs' entries are rebuilt every round without Job's constructor: each must
     # equal, field for field, the Job the constructor builds from the same state.
-    from planner.model import Job, JobState
+    from planner.core.model import Job, JobState
     from planner.sim import Simulator
 
     trace = [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from planner.model import Node
+from planner.core.model import Node
 from planner.sim.feasibility import describe, never_startable
 from planner.traces.records import TraceJob
 

@@ -7,7 +7,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.model import Job, Node, Snapshot
+from planner.core.model import Job, Node, Snapshot
 from planner.slots import FreeSlots, consolidated_slots, free_by_type, free_gpus
 
 

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from planner import plan_round
-from planner.errors import ConfigError
-from planner.model import Assignment, JobState, Node, Outcome, RoundPlan, Snapshot
+from planner.core.errors import ConfigError
+from planner.core.model import Assignment, JobState, Node, Outcome, RoundPlan, Snapshot
 from planner.policies.synergy.demand import PerGpu, best_case_per_gpu, proportional_per_gpu
 from planner.validate import plan_violations
 from profiles.schema import SensitivityMatrix
@@ -309,7 +309,7 @@ def test_tune_does_not_keep_a_running_share_of_fewer_cpus_than_gpus():
     # next round Tune gave it its share: a reshape every time. Such a share is no share Tune
     # gives; the job is now shaped as a new one would be, on the GPUs it holds.
     from planner import plan_round
-    from planner.model import Assignment, Job, JobState, Node, Snapshot
+    from planner.core.model import Assignment, Job, JobState, Node, Snapshot
     from tests.builders import scheduler
 
     nodes = (Node("n0", 4, "a100", 8, 128.0),)

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from planner.config import Tenant, build_scheduler, config_from_mapping
-from planner.errors import ConfigError
+from planner.core.errors import ConfigError
 from slurm_plugin.cli.scheduler_args import add_scheduler_args, scheduler_config
 
 

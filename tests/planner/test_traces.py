@@ -6,7 +6,7 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from planner.errors import TraceError
+from planner.core.errors import TraceError
 from planner.traces import format_trace, parse_trace
 from planner.traces.generators import (
     GAVEL_GPU_MIX,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from planner.cluster import cluster_from_toml
-from planner.errors import TraceError
+from planner.core.errors import TraceError
 from planner.traces import format_trace, parse_trace
 from planner.traces.crius import (
     FAMILIES,

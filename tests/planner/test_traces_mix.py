@@ -10,7 +10,7 @@ import pytest
 
 from planner.cluster import cluster_from_toml
 from planner.config import tenants_from_list
-from planner.errors import ConfigError
+from planner.core.errors import ConfigError
 from planner.traces import format_trace
 from planner.traces.crius import elastic, iteration_time, random_types, split_model
 from planner.traces.csvio import parse_trace

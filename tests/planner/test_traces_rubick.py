@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from planner.cluster import cluster_from_toml
-from planner.errors import TraceError
-from planner.execplan import plan_from_mapping
+from planner.core.errors import TraceError
+from planner.core.execplan import plan_from_mapping
 from planner.traces import format_trace, parse_trace
 from planner.traces.rubick import parse_workload, plan_of
 from profiles.perfmodel.rubick_measured import builtin_rubick_measured, packed

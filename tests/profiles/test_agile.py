@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from profiles.perfmodel.agile import (
     GPU_SPECS,
     AgileEstimator,

@@ -8,8 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from planner.errors import InputError, ProfileError
-from planner.execplan import ExecPlan
+from planner.core.errors import InputError, ProfileError
+from planner.core.execplan import ExecPlan
 from profiles.perfmodel import cpu_step
 from profiles.perfmodel.cpu_step import CpuStepParams, fit_cpu_step
 from profiles.perfmodel.document import read_any

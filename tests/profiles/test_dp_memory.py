@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from profiles.perfmodel.dp_memory import DpMemory, builtin_dp_memory, parse_dp_memory
 
 

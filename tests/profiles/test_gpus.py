@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.errors import ConfigError
+from planner.core.errors import ConfigError
 from profiles.gpus import catalog, gpu_mem_gb, parse_catalog
 from profiles.perfmodel.agile import GPU_SPECS
 from profiles.perfmodel.dp_memory import device_memory_gb

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.errors import ProfileError
+from planner.core.errors import ProfileError
 from planner.policies.synergy.demand import best_case_per_gpu
 from profiles.document import profiles_from_document
 from profiles.observed import (

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.errors import ProfileError
+from planner.core.errors import ProfileError
 from profiles.document import profiles_from_document
 from profiles.optimistic import CacheModel, cpu_curve, cpu_points_to_measure, optimistic_matrix
 from tests.builders import profiles

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.errors import InputError, ProfileError
-from planner.execplan import ExecPlan
+from planner.core.errors import InputError, ProfileError
+from planner.core.execplan import ExecPlan
 from profiles.perfmodel import (
     Environment,
     FitOptions,

@@ -4,9 +4,9 @@ from dataclasses import replace
 
 import pytest
 
-from planner.errors import InputError
-from planner.execplan import ExecPlan
-from planner.model import Assignment
+from planner.core.errors import InputError
+from planner.core.execplan import ExecPlan
+from planner.core.model import Assignment
 from planner.sim import SimConfig, simulate
 from planner.sim.progress import SpeedModel
 from profiles.perfmodel import CriusTable, GavelTable, IterationTimeModel, MeasuredTable, builtin_crius

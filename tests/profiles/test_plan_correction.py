@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.execplan import ExecPlan, resolve
-from planner.model import Job
+from planner.core.execplan import ExecPlan, resolve
+from planner.core.model import Job
 from planner.policies.crius.cells import MeasuredCells, corrected_cells
 from planner.policies.crius.policy import CriusAllocation
 from planner.policies.rubick.policy import book_for, shared_book

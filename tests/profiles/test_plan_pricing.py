@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from planner.errors import InputError
-from planner.execplan import ExecPlan, resolve
+from planner.core.errors import InputError
+from planner.core.execplan import ExecPlan, resolve
 from profiles.plan_pricing import builtin_models, builtin_pricer, read_models
 
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.errors import ProfileError
-from planner.execplan import ExecPlan
+from planner.core.errors import ProfileError
+from planner.core.execplan import ExecPlan
 from profiles.document import profiles_from_document
 from profiles.optimistic import cpu_points_to_measure
 from profiles.perfmodel.query import ModelShape, make_query

@@ -5,7 +5,7 @@ from importlib import resources
 
 import pytest
 
-from planner.errors import ProfileError
+from planner.core.errors import ProfileError
 from profiles import ProfileStore, SensitivityMatrix
 from profiles.builtin import builtin_colocation
 from profiles.document import profiles_from_document

@@ -5,9 +5,9 @@ from importlib import resources
 
 import pytest
 
-from planner.errors import InputError
-from planner.execplan import ExecPlan, resolve
-from planner.model import Assignment
+from planner.core.errors import InputError
+from planner.core.execplan import ExecPlan, resolve
+from planner.core.model import Assignment
 from planner.sim.progress import SpeedModel
 from profiles.perfmodel.query import Query
 from profiles.perfmodel.rubick_measured import (

@@ -35,8 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from planner.codec import assignment_from_json
 from planner.config import build_scheduler, preset
+from planner.core.codec import assignment_from_json
 from planner.relaunch import mem_mb_per_node
 from slurm_plugin import planfile
 from slurm_plugin.controller.config import ControllerConfig
@@ -434,7 +434,7 @@ def _check_plan_file(
         return
     document = planfile.read_plan(s.config.spool_dir, job_id)
     try:
-        from wrapper.plandoc import parse_plan_document
+        from planner.core.plandoc import parse_plan_document
 
         parsed = parse_plan_document(document, str(path))
     except Exception as e:  # any failure to read it back is what this check reports

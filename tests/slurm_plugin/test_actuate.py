@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.model import Assignment
+from planner.core.model import Assignment
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.observe import build_observation
 from slurm_plugin.controller.rounddiff import Kind, diff, infeasible, mem_mb_per_node, start_fields

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from planner.codec import assignment_to_json
 from planner.config import build_scheduler, preset
-from planner.errors import InputError
+from planner.core.codec import assignment_to_json
+from planner.core.errors import InputError
 from slurm_plugin import planfile
 from slurm_plugin.controller import faults
 from slurm_plugin.controller.actuate import START_SETTLE_S, Actuator
@@ -222,7 +222,7 @@ def test_jobs_released_by_a_completed_round_are_not_planned_as_pending_again(tmp
 
 
 def test_a_plan_file_write_removes_the_temporary_file_a_killed_writer_left(tmp_path):
-    from planner.model import Assignment
+    from planner.core.model import Assignment
 
     path = planfile.write_plan(tmp_path, "7", 1, Assignment((("n1", 0),), 2, 4.0))
     stale = path.with_name(f".{path.name}.k1ll3d00.tmp")  # write_atomic's temporary, never renamed

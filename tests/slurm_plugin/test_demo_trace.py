@@ -6,7 +6,7 @@ import pytest
 
 from benchmarks.live_fidelity import parse_args, result_name
 from planner.config import preset
-from planner.errors import TraceError
+from planner.core.errors import TraceError
 from planner.traces.csvio import format_trace
 from slurm_plugin.cli.main import build_parser, main
 from slurm_plugin.demo import BUNDLED_TRACE, FIDELITY_TRACE, bundled_trace, load_trace, simulate

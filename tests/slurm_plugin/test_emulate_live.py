@@ -6,7 +6,7 @@ import json
 import sys
 
 from planner.config import preset
-from planner.model import Node
+from planner.core.model import Node
 from planner.sim.progress import SpeedModel
 from planner.traces.records import TraceJob
 from profiles.store import ProfileStore

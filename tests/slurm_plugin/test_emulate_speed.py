@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.model import Assignment
+from planner.core.model import Assignment
 from planner.sim.progress import SpeedModel
 from slurm_plugin import emulate_speed, planfile
 from slurm_plugin.emulate import EmulatedJob

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from planner.config import PRESETS, build_scheduler, preset
-from planner.errors import ConfigError
+from planner.core.errors import ConfigError
 from slurm_plugin.cli import controller_cmd
 from slurm_plugin.cli.main import main
 from slurm_plugin.controller.config import ControllerConfig, controller_config

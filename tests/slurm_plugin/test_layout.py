@@ -12,7 +12,7 @@ from fractions import Fraction
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.model import Assignment
+from planner.core.model import Assignment
 from slurm_plugin.controller.layout import (
     TaskLayout,
     expressible_cpus,

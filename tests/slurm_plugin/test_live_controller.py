@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from planner.codec import assignment_from_json
+from planner.core.codec import assignment_from_json
 from slurm_plugin import planfile
 from slurm_plugin.cli.main import main
 from slurm_plugin.controller.actuate import Actuator

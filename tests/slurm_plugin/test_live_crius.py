@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.execplan import plan_from_mapping
+from planner.core.execplan import plan_from_mapping
 from slurm_plugin import planfile
 from slurm_plugin.controller.loop import TickReport
 from slurm_plugin.slurm.parse import SlurmJob

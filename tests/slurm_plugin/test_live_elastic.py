@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.execplan import plan_from_mapping
+from planner.core.execplan import plan_from_mapping
 from slurm_plugin import planfile
 from tests.slurm_plugin.live_helpers import config_for, controller, jobs, submit_job, wait_for, write_script
 from tests.wrapper.jobs import losses, uninterrupted_losses

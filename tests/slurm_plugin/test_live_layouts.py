@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.codec import assignment_from_json
+from planner.core.codec import assignment_from_json
 from slurm_plugin import planfile
 from tests.slurm_plugin.live_helpers import config_for, controller, jobs, submit_job, wait_for
 

@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 
 from planner.config import build_scheduler, preset
-from planner.execplan import plan_from_mapping
+from planner.core.execplan import plan_from_mapping
 from slurm_plugin import planfile
 from slurm_plugin.cli.main import main
 from slurm_plugin.controller.loop import Controller, TickReport

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from planner.errors import ConfigError
+from planner.core.errors import ConfigError
 from slurm_plugin.cli.controller_cmd import spool_ready
 from slurm_plugin.controller.actuate import Actuator, access_denied, explain
 from slurm_plugin.controller.config import ControllerConfig
@@ -363,7 +363,7 @@ def test_as_an_operator_the_spool_sweep_removes_its_plan_files_and_puts_a_users_
     spool.mkdir(mode=0o755)
     os.chown(spool, operator.pw_uid, operator.pw_gid)
     write = (
-        "import sys\nfrom planner.model import Assignment\nfrom slurm_plugin import planfile\n"
+        "import sys\nfrom planner.core.model import Assignment\nfrom slurm_plugin import planfile\n"
         "planfile.ensure_spool(sys.argv[1])\n"
         "planfile.write_plan(sys.argv[1], '7', None, Assignment((('n1', 0),), 4, 8.0))\n"
     )

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from planner.codec import assignment_from_json
+from planner.core.codec import assignment_from_json
 from planner.metrics import SUMMARY_KEYS
 from slurm_plugin.cli.main import main
 from slurm_plugin.controller.actuate import Actuator

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from planner.config import Tenant, build_scheduler, preset
-from planner.execplan import ExecPlan, plan_from_mapping
+from planner.core.execplan import ExecPlan, plan_from_mapping
 from slurm_plugin import planfile
 from slurm_plugin.cli.main import main
 from slurm_plugin.controller import observe

@@ -143,7 +143,7 @@ def test_a_stale_plan_file_loses_to_what_slurm_gave_the_job(live, tmp_path, monk
     job_id = subprocess.run(
         ["sbatch", "--parsable", "-H", str(script)], env=env, capture_output=True, text=True, check=True
     ).stdout.strip()
-    from planner.model import Assignment
+    from planner.core.model import Assignment
 
     planfile.write_plan(spool, job_id, None, Assignment((("n1", 0),), 1, 1.0, None))
     subprocess.run(["scontrol", "release", job_id], env=env, check=True)

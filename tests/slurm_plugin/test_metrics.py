@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from planner.config import build_scheduler, preset
-from planner.model import Assignment
+from planner.core.model import Assignment
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.loop import Controller
 from slurm_plugin.controller.metrics import COUNTERS, DECISION_BUCKETS_S, round_counts

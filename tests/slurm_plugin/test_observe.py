@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from planner import plan_round
-from planner.codec import snapshot_from_json, snapshot_to_json
 from planner.config import build_scheduler, preset
-from planner.model import JobState
+from planner.core.codec import snapshot_from_json, snapshot_to_json
+from planner.core.model import JobState
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.observe import (
     OUTSIDE_PREFIX,

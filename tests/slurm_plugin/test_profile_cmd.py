@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from profiles.document import profiles_from_document
 from profiles.profiler.measure import throughput
 from slurm_plugin.cli.main import main

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.model import Assignment
+from planner.core.model import Assignment
 from slurm_plugin.controller.config import ControllerConfig
 from slurm_plugin.controller.observe import build_observation, sharing_notice
 from slurm_plugin.controller.rounddiff import Kind, diff, shard_infeasible, start_fields, wanted_shards

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from slurm_plugin.slurm import commands
 from slurm_plugin.slurm.runner import SlurmCommandError, run
 

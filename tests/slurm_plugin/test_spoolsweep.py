@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from planner.config import build_scheduler, preset
-from planner.errors import ConfigError
-from planner.model import Assignment
+from planner.core.errors import ConfigError
+from planner.core.model import Assignment
 from slurm_plugin import planfile
 from slurm_plugin.controller import spoolsweep
 from slurm_plugin.controller.config import ControllerConfig, controller_config

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from planner.core.plandoc import PlanFileError
 from slurm_plugin import planfile
 from slurm_plugin.controller.actuate import Actuator
 from slurm_plugin.controller.config import ControllerConfig
@@ -29,7 +30,6 @@ from slurm_plugin.store import Store
 from tests.slurm_plugin.test_controller_loop import FakeSlurm, SteppedClock
 from tests.slurm_plugin.test_refine import T0, Cluster, _beats, _controller, _job, _known
 from wrapper import status
-from wrapper.plandoc import PlanFileError
 
 JOB_UID = 4242  # the job's user
 OTHER_UID = 4343  # a user who created the job's status directory before it ran

@@ -238,7 +238,7 @@ def test_a_full_spool_fails_the_tick_cleanly_and_the_next_tick_with_space_works(
 
 def test_enospc_on_a_plan_write_leaves_the_old_plan_file_as_it_was(tmp_path, monkeypatch):
     """Without root (no tmpfs): the write itself fails with ENOSPC."""
-    from planner.model import Assignment
+    from planner.core.model import Assignment
 
     a = Assignment((("n1", 0),), 4, 8.0)
     path = planfile.write_plan(tmp_path, "7", None, a)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.errors import ConfigError
+from planner.core.errors import ConfigError
 from slurm_plugin.cli.main import main
 from slurm_plugin.slurm.runner import run
 from slurm_plugin.testcluster import lifecycle

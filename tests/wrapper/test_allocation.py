@@ -2,10 +2,10 @@
 
 import pytest
 
-from planner.execplan import PlanError, plan_from_mapping
-from planner.model import Assignment
+from planner.core.execplan import PlanError, plan_from_mapping
+from planner.core.model import Assignment
+from planner.core.plandoc import JobPlan
 from wrapper.allocation import adapt, mismatch, slurm_allocation
-from wrapper.plandoc import JobPlan
 
 ENV = {"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "n[1-2]", "SLURMD_NODENAME": "n1", "SLURM_JOB_GPUS": "0,1"}
 

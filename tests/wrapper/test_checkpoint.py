@@ -2,7 +2,7 @@
 
 import pytest
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from wrapper import checkpoint
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.model import Assignment
+from planner.core.model import Assignment
 from slurm_plugin import planfile
 from tests.wrapper.jobs import losses, run_mosaic_run
 from wrapper import checkpoint

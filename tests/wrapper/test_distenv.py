@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from wrapper.distenv import first_host, master_port, task_environment
 
 SRUN = {

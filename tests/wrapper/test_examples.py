@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from tests.wrapper.jobs import run_mosaic_run
 from wrapper import examples, status
 

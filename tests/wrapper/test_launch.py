@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.model import Assignment
+from planner.core.model import Assignment
 from slurm_plugin import planfile
 from wrapper import status
 

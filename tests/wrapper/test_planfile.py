@@ -7,13 +7,13 @@ import stat
 
 import pytest
 
-from planner.errors import InputError
-from planner.execplan import PlanError
-from planner.model import Assignment
+from planner.core.errors import InputError
+from planner.core.execplan import PlanError
+from planner.core.model import Assignment
+from planner.core.plandoc import FORMAT, PlanFileError
 from slurm_plugin import planfile as writer
 from wrapper import planfile as reader
 from wrapper import status
-from wrapper.plandoc import FORMAT, PlanFileError
 
 
 def assignment(plan=None, gpus=(("n1", 0), ("n1", 1))):

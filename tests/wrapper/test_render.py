@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from planner.execplan import PlanError, plan_from_mapping, resolve
-from planner.model import Assignment
+from planner.core.execplan import PlanError, plan_from_mapping, resolve
+from planner.core.model import Assignment
 from wrapper import render
 
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "wrapper"

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 from wrapper import runtime, status
 from wrapper.telemetry import Telemetry
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.model import Assignment
+from planner.core.model import Assignment
 from slurm_plugin import planfile
 from slurm_plugin.controller.actuate import credential_wait_s
 from tests.wrapper.jobs import losses, uninterrupted_losses

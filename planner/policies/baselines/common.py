@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from planner.execplan import PlanError, plan_from_mapping, plan_to_mapping, replan
-from planner.model import Assignment, GpuSlot, Job, Snapshot
+from planner.core.execplan import PlanError, plan_from_mapping, plan_to_mapping, replan
+from planner.core.model import Assignment, GpuSlot, Job, Snapshot
 from planner.slots import FreeSlots, consolidated_counts, first_free
 
 

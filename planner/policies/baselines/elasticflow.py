@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
-from planner.model import Assignment, GpuSlot, Job, Outcome, Snapshot
+from planner.core.model import Assignment, GpuSlot, Job, Outcome, Snapshot
 from planner.policies.baselines.common import (
     FreeGpus,
     assignment_for,

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
-from planner.model import Assignment, GpuSlot, Job, Outcome, Snapshot
+from planner.core.model import Assignment, GpuSlot, Job, Outcome, Snapshot
 from planner.policies.baselines.common import FreeGpus, assignment_for, home_type, runs_on, slots_on_type
 from planner.policies.baselines.view import DpView
 from planner.policies.common import options_reader

@@ -51,7 +51,7 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import linprog
 
-from planner.model import Assignment, Job, Outcome, Snapshot
+from planner.core.model import Assignment, Job, Outcome, Snapshot
 from planner.policies.baselines.common import (
     FreeGpus,
     assignment_for,

@@ -27,7 +27,7 @@ Pure and memoised per instance (one instance per stage).
 
 from __future__ import annotations
 
-from planner.model import Job
+from planner.core.model import Job
 from planner.traces.crius import iteration_time, split_model
 from profiles.perfmodel.crius import CriusTable, builtin_crius
 from profiles.perfmodel.dp_memory import DpMemory, builtin_dp_memory

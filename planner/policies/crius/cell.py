@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from planner.model import Job
+from planner.core.model import Job
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +23,7 @@ class Cell:
 
     ``iteration_time_s`` is the estimate at the job's global batch (``None``: it does not fit
     in memory, or nothing is known). ``plan`` is the execution-plan mapping the job runs with
-    in this Cell (``planner.execplan``'s JSON form: ``dp``, ``tp``, ``pp``, ...).
+    in this Cell (``planner.core.execplan``'s JSON form: ``dp``, ``tp``, ``pp``, ...).
     """
 
     gpu_type: str

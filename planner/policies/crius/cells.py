@@ -30,9 +30,9 @@ from functools import cache, lru_cache
 from types import MappingProxyType
 from typing import Any
 
-from planner.errors import ConfigError
-from planner.execplan import ExecPlan, PlanError, plan_to_mapping, resolve
-from planner.model import Job
+from planner.core.errors import ConfigError
+from planner.core.execplan import ExecPlan, PlanError, plan_to_mapping, resolve
+from planner.core.model import Job
 from planner.policies.crius.cell import Cell
 from profiles.names import normalise
 from profiles.observed import ObservedPoint

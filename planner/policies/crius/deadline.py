@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from planner.model import Job
+from planner.core.model import Job
 
 _EPS = 1e-6
 

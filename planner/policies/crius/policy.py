@@ -53,9 +53,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Self
 
-from planner.errors import ConfigError
-from planner.execplan import PlanError, plan_from_mapping, plan_to_mapping, replan
-from planner.model import Assignment, Job, JobState, Outcome, Snapshot
+from planner.core.errors import ConfigError
+from planner.core.execplan import PlanError, plan_from_mapping, plan_to_mapping, replan
+from planner.core.model import Assignment, Job, JobState, Outcome, Snapshot
 from planner.policies.common import arrival_key, choice, options_reader
 from planner.policies.crius.cell import CellModel
 from planner.policies.crius.cells import MeasuredCells, candidate_counts, candidate_types, corrected_cells

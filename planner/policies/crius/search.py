@@ -32,7 +32,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from planner.model import GpuSlot, Job, Node
+from planner.core.model import GpuSlot, Job, Node
 from planner.policies.crius.cell import Cell, CellModel
 from planner.slots import consolidated_counts, free_gpus
 

@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
-from planner.model import Job, Snapshot
+from planner.core.model import Job, Snapshot
 from planner.policies.common import options_reader
 from planner.policies.mosaic.view import (
     DEFAULT_MAX_RESTARTS,

@@ -43,7 +43,7 @@ shrinks or evicts only best-effort jobs for one.
 
 from __future__ import annotations
 
-from planner.model import Job, Snapshot
+from planner.core.model import Job, Snapshot
 from planner.policies.mosaic.ordering import is_settled
 
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Self
 
-from planner.model import Assignment, Job, JobState, Outcome, Snapshot
+from planner.core.model import Assignment, Job, JobState, Outcome, Snapshot
 from planner.policies.common import options_reader
 from planner.policies.crius.policy import CriusAllocation
 from planner.policies.keep import keep_in_place

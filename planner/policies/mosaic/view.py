@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from planner.model import Job, Snapshot
+from planner.core.model import Job, Snapshot
 from planner.policies.rubick.allocation import THRESHOLD, may_reconfigure
 
 DEFAULT_MAX_RESTARTS = 8

@@ -59,8 +59,8 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from planner.cluster import gpu_mem_gb_of
-from planner.execplan import PlanError, plan_from_mapping, plan_to_mapping, replan
-from planner.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
+from planner.core.execplan import PlanError, plan_from_mapping, plan_to_mapping, replan
+from planner.core.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
 from planner.policies.common import options_reader
 from planner.policies.elastic import keeps_its_gpus
 from planner.policies.rubick.curves import CurveBook, JobCurve, Point, Shape, even_nodes, job_curve, layout

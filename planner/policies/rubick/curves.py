@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.cluster import gpu_mem_gb_of
-from planner.execplan import ExecPlan, PlanError, plan_from_mapping, replan
-from planner.model import Job, Snapshot
+from planner.core.execplan import ExecPlan, PlanError, plan_from_mapping, replan
+from planner.core.model import Job, Snapshot
 from planner.policies.rubick.plans import candidate_plans
 from profiles.plan_pricing import PlanPricer
 

@@ -15,13 +15,13 @@ those of §3 / Table 2:
   leaves TP and PP out for models under a billion parameters ("mostly unnecessary for these
   relatively small models", §7.1); so does :func:`candidate_plans` (``MIN_3D_PARAMS``).
 
-Every plan returned is resolved (:func:`planner.execplan.check` passes) and trains with the
+Every plan returned is resolved (:func:`planner.core.execplan.check` passes) and trains with the
 same global batch; whether it fits GPU memory is the pricer's question (``profiles.plan_pricing``).
 """
 
 from __future__ import annotations
 
-from planner.execplan import ExecPlan
+from planner.core.execplan import ExecPlan
 
 MIN_3D_PARAMS = 1e9
 _ACCUM = (1, 2, 4, 8, 16)

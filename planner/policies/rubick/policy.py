@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, ClassVar, Self
 
-from planner.model import Job, Snapshot
+from planner.core.model import Job, Snapshot
 from planner.policies.common import arrival_key, options_reader
 from planner.policies.rubick.curves import CurveBook, JobCurve, Shape, job_curve, layout
 from planner.registry import StageContext

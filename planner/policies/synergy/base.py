@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
-from planner.model import Assignment, Job, Outcome, Snapshot
+from planner.core.model import Assignment, Job, Outcome, Snapshot
 from planner.policies.common import options_reader
 from planner.policies.shaping import ProportionalShaping
 from planner.policies.synergy.demand import (

@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from planner.errors import ConfigError
-from planner.model import Node
+from planner.core.errors import ConfigError
+from planner.core.model import Node
 from profiles.schema import SensitivityMatrix
 
 DEFAULT_TOLERANCE = 0.05

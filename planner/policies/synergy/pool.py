@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.model import Assignment, GpuSlot, Job, Node
+from planner.core.model import Assignment, GpuSlot, Job, Node
 from planner.policies.synergy.demand import PerGpu
 from planner.slots import free_gpus
 

@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from planner.errors import InputError
-from planner.fields import Fields
+from planner.core.errors import InputError
+from planner.core.fields import Fields
 
 MAX_ZERO_STAGE = 3
 

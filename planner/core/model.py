@@ -2,7 +2,7 @@
 
 Everything here is a frozen dataclass: one state in (:class:`Snapshot`), one decision
 out (:class:`RoundPlan`). The JSON form of these types is the contract README.md documents ("Contracts");
-:mod:`planner.codec` converts between the two and validates untrusted input.
+:mod:`planner.core.codec` converts between the two and validates untrusted input.
 
 Conventions
 -----------
@@ -21,7 +21,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 
 GpuSlot = tuple[str, int]
 """A physical GPU: ``(node name, GPU index on that node)``."""

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from planner.errors import SnapshotError
-from planner.fields import Fields, json_document
-from planner.model import Assignment, Job, JobState, Node, Outcome, RoundPlan, Snapshot, demand_problem
+from planner.core.errors import SnapshotError
+from planner.core.fields import Fields, json_document
+from planner.core.model import Assignment, Job, JobState, Node, Outcome, RoundPlan, Snapshot, demand_problem
 
 # -- snapshot --------------------------------------------------------------------------
 

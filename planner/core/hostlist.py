@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 EMPTY = frozenset({"", "(null)", "None assigned"})

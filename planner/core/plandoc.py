@@ -9,7 +9,7 @@ One document per job, written by the controller (:mod:`slurm_plugin.planfile`) a
 
 ``version`` grows by one with every write for the job, so a job can tell a new plan from
 the one it started with; ``assignment`` is the RoundPlan assignment (docs/reference.md,
-"Snapshot and RoundPlan JSON") and its ``plan`` an execution plan (:mod:`planner.execplan`).
+"Snapshot and RoundPlan JSON") and its ``plan`` an execution plan (:mod:`planner.core.execplan`).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from planner.codec import assignment_from_json, assignment_to_json
-from planner.errors import InputError, SnapshotError
-from planner.execplan import ExecPlan, plan_from_mapping
-from planner.fields import Fields
-from planner.model import Assignment
+from planner.core.codec import assignment_from_json, assignment_to_json
+from planner.core.errors import InputError, SnapshotError
+from planner.core.execplan import ExecPlan, plan_from_mapping
+from planner.core.fields import Fields
+from planner.core.model import Assignment
 
 FORMAT = "mosaic-plan/1"
 PLANS_DIR = "plans"

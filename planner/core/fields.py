@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, NoReturn
 
-from planner.errors import InputError
+from planner.core.errors import InputError
 
 
 def _describe(value: Any) -> str:

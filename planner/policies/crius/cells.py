@@ -38,14 +38,12 @@ from profiles.names import normalise
 from profiles.observed import ObservedPoint
 from profiles.perfmodel.agile import (
     GPU_SPECS,
-    MEMORY_HEADROOM,
-    USABLE_FRACTION,
     AgileEstimator,
-    dp_memory_points,
     normalise_model,
     stage_counts,
 )
 from profiles.perfmodel.crius import CriusTable, builtin_crius
+from profiles.perfmodel.dp_memory import builtin_dp_memory
 from profiles.plan_correction import Config, correction
 
 _CACHE = 65536
@@ -121,18 +119,15 @@ def shared_agile_cells() -> AgileCells:
 
 
 def dp_fits(model: str, batch: int, gpu_type: str, gpus: int) -> bool:
-    """True when one data-parallel replica fits a GPU by the measured DP-only memory.
-
-    The artifact's rule: ``1.2 x need <= 0.8 x GPU memory``; a count, model or batch without
-    a usable measurement (``-1`` or absent) does not fit, as in the artifact.
+    """True when one data-parallel replica fits a GPU by the measured DP-only memory: the
+    artifact's rule as :meth:`profiles.perfmodel.dp_memory.DpMemory.fits` states it, on the
+    agile estimator's GPU memory; where the table cannot say (a model, count or GPU type it
+    does not know), it does not fit, as in the artifact.
     """
     spec = GPU_SPECS.get(gpu_type)
     if spec is None:
         return False
-    for b, n, gb in dp_memory_points().get(normalise(model), ()):
-        if (b, n) == (batch, gpus):
-            return MEMORY_HEADROOM * gb <= USABLE_FRACTION * spec.mem_gb
-    return False
+    return builtin_dp_memory().fits(model, batch, gpu_type, gpus, spec.mem_gb) is True
 
 
 class AgileCells:

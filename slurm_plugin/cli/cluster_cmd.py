@@ -6,14 +6,17 @@ import argparse
 import sys
 
 from planner.core.errors import ConfigError
+from profiles.gpus import catalog
 from slurm_plugin.files import read_text, write_atomic
 from slurm_plugin.slurm import parse
 from slurm_plugin.slurm.backend import CliSlurm
 from slurm_plugin.slurm.sacct_trace import DEFAULT_GPU_TYPE, cluster_toml
 
-KNOWN_GPU_TYPES = ("h200", "h100", "a100", "a800", "h800", "a40", "a10", "l40s", "l40", "l4", "v100", "p100",
-                   "t4", "k80", "rtx6000", "mi250", "mi300x")  # fmt: skip
-"""Node features taken for a GPU type when a node's GRES names none (the test cluster's way)."""
+
+def known_gpu_types() -> tuple[str, ...]:
+    """Node features taken for a GPU type when a node's GRES names none (the test cluster's
+    way): the GPU catalog's types, by name and by Slurm name."""
+    return tuple(dict.fromkeys(n for t in catalog().types.values() for n in (t.name, t.slurm_feature)))
 
 
 def add_parser(
@@ -52,7 +55,7 @@ def run_from_slurm(args: argparse.Namespace) -> int:
     if args.partition:
         wanted = set(args.partition)
         nodes = [n for n in nodes if wanted.intersection(n.partitions)]
-    text, left_out = cluster_toml(nodes, KNOWN_GPU_TYPES, args.gpu_type.lower(), source)
+    text, left_out = cluster_toml(nodes, known_gpu_types(), args.gpu_type.lower(), source)
     if "[[nodes]]" not in text:
         raise ConfigError(
             f"{source}: no node with GPUs" + (f" in {', '.join(args.partition)}" if args.partition else "")

@@ -12,6 +12,8 @@ import pytest
 
 from planner.cluster import cluster_from_toml
 from planner.traces.csvio import parse_trace
+from profiles.gpus import catalog
+from slurm_plugin.cli.cluster_cmd import known_gpu_types
 from slurm_plugin.cli.main import main
 from slurm_plugin.slurm import commands, parse
 from slurm_plugin.slurm.parse import SlurmParseError
@@ -323,3 +325,15 @@ def test_the_commands_read_saved_output(tmp_path, capsys):
     assert len(cluster_from_toml(cluster.read_text(), "c")) == 4
     assert main(["cluster", "from-slurm", "--input", str(DATA / "sinfo.json"), "--partition", "none",
                  "--out", str(tmp_path / "x.toml")]) == 2  # fmt: skip
+
+
+def test_cluster_from_slurm_knows_every_catalog_type_by_its_feature():
+    """A node whose GRES names no type is typed by the one feature that names a catalog type,
+    whichever catalog type it is (the CLI's list is the catalog's, not a list of its own)."""
+    known = known_gpu_types()
+    assert set(catalog().types) <= set(known)
+    node = parse.parse_sinfo_json((DATA / "sinfo.json").read_text())[0]
+    for name in ("l4", "mi300x", "a800"):
+        typed = dataclasses.replace(node, gres_gpu_type="", features=("ib", name, "avx512"))
+        text, _ = cluster_toml([typed], known)
+        assert [n.gpu_type for n in cluster_from_toml(text, "t")] == [name]

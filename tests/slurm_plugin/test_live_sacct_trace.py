@@ -111,3 +111,57 @@ def test_a_sites_history_replays_in_the_simulator(live, tmp_path: Path, capsys: 
         assert r["state"] == "finished", job_id
         run_s = float(r["finish_time_s"]) - float(r["start_time_s"])
         assert run_s == pytest.approx(jobs[job_id].duration_s), job_id
+
+
+def test_a_queue_replays_with_each_jobs_jct(live, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """Jobs that queue on the partition Slurm schedules itself, replayed by ``mosaic sim
+    --scheduler fifo --trigger event -o placement.backfill=false`` (Slurm's main scheduler: FIFO
+    at every submission and completion): each job's JCT, queueing included, as sacct recorded
+    it (End - Submit). Every job takes a whole node, so Slurm's backfill pass could start
+    nothing its FIFO would not, and placement cannot differ. Tolerance: a job that waited
+    starts in Slurm up to a second after the job it waited for ended (and sacct's times are
+    whole seconds), and a first start on a free node takes Slurm 1-2 s from submission: the
+    replay may be up to 2 s, plus 1.5 s per wave of jobs ahead of it, faster than sacct (-1 to
+    -4 s measured), and no slower than sacct's rounding."""
+    env = live.env
+    since = datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
+    time.sleep(1)
+    nodes = len(live.node_names())
+    sleeps = [3, 5, 2, 4, 3, 2, 4, 3, 2, 3]
+    ids = []
+    for k, sleep_s in enumerate(sleeps):
+        ids.append(
+            _sbatch(env, "-p", OTHER_PARTITION, "-J", f"q{k}", "--gres=gpu:4", "-c", "1", "--mem=1G",
+                    "--wrap", f"sleep {sleep_s}")
+        )  # fmt: skip
+        time.sleep(0.3)
+    wait_for("every job to end", lambda: not _states(env), timeout_s=90)
+
+    def recorded() -> dict[str, float] | None:
+        out = run(
+            ["sacct", "-n", "-P", "-X", "-S", since, "-o", "JobID,Submit,End,State"],
+            env={**env, "SLURM_TIME_FORMAT": "%s"},
+        ).stdout
+        rows = [line.split("|") for line in out.splitlines() if line.strip()]
+        jct = {r[0]: float(r[2]) - float(r[1]) for r in rows if r[3] == "COMPLETED" and r[2].isdigit()}
+        return jct if set(ids) <= set(jct) else None
+
+    wait_for("sacct to record every job", recorded, timeout_s=30)
+    sacct_jct = recorded()
+    assert sacct_jct is not None
+    conf = ["--slurm-conf", str(live.layout.conf)]
+    trace_path, cluster_path, out = tmp_path / "site.csv", tmp_path / "site.toml", tmp_path / "sim"
+    assert main(["trace", "from-sacct", *conf, "--since", since, "--out", str(trace_path)]) == 0
+    assert main(["cluster", "from-slurm", *conf, "--out", str(cluster_path)]) == 0
+    args = ["sim", "--cluster", str(cluster_path), "--trace", str(trace_path), "--scheduler", "fifo"]
+    args += ["--trigger", "event", "-o", "placement.backfill=false", "--out", str(out), "--no-plot"]
+    assert main(args) == 0
+    capsys.readouterr()
+    replayed = {
+        r["job_id"]: float(r["finish_time_s"]) - float(r["submit_time_s"])
+        for r in csv.DictReader((out / "jobs.csv").open())
+    }
+    errors = {job_id: replayed[job_id] - sacct_jct[job_id] for job_id in ids}
+    print("replay JCT - sacct JCT (s):", errors)
+    for k, job_id in enumerate(ids):
+        assert -(2 + 1.5 * (k // nodes)) <= errors[job_id] <= 1, (job_id, sorted(errors.items()))

@@ -19,7 +19,8 @@ The sacct text is what :func:`slurm_plugin.slurm.commands.sacct_trace` prints
 * ``submit_time_s`` counts from the earliest submission kept; GPUs and their type come from
   ``AllocTRES`` (``gres/gpu=4``, ``gres/gpu:a100=4``; several types: no type), CPUs and
   memory too (extra columns ``cpus``, ``mem_gb``, which the trace reader ignores);
-  ``time_limit_s`` from ``Timelimit`` (``UNLIMITED``, ``Partition_Limit``, ``INVALID``: none);
+  ``time_limit_s`` from ``Timelimit`` (``UNLIMITED``, ``Partition_Limit``, ``INVALID``, and
+  the year Slurm's backfill writes to a job without a limit, :data:`BACKFILL_NO_LIMIT_S`: none);
   ``tenant`` is the ``Account``; ``guaranteed`` when the job's ``QOS`` is one of the given
   ones or its Mosaic metadata says so;
 * ``model``, ``batch_size``, ``plan`` and ``plans`` come from the metadata ``mosaic
@@ -73,6 +74,10 @@ _UNFINISHED = frozenset(
 """A job whose last record is in one of these states may run (again): not in the trace yet."""
 MAX_ELAPSED_S = 100 * 365 * 86400
 """A longer run is not one Slurm measured."""
+BACKFILL_NO_LIMIT_S = parse.MAX_TIME_LIMIT_MIN * 60.0
+"""The limit Slurm's backfill pass writes to a job it starts that declared none, in a partition
+without one (a year, ``YEAR_MINUTES``): no limit, as the same job started by the main
+scheduler (``UNLIMITED``) and as a longer one (:func:`parse._text_time_limit`)."""
 
 
 @dataclass(frozen=True)
@@ -188,7 +193,8 @@ class _Fields:
         value = self.text(name)
         if value in _NO_LIMIT:
             return None
-        return parse._text_time_limit(value, f"{self.source}:{self.line}: field {name!r}")
+        limit = parse._text_time_limit(value, f"{self.source}:{self.line}: field {name!r}")
+        return None if limit == BACKFILL_NO_LIMIT_S else limit
 
     def tres(self, name: str) -> tuple[int, str | None, int | None, int | None]:
         """(GPUs, their type or ``None``, CPUs, memory MB) of a TRES list."""

@@ -147,6 +147,16 @@ def test_no_time_limit(limit):
     assert by_id(row(Timelimit=limit))["100"].trace.time_limit_s is None
 
 
+def test_the_year_slurms_backfill_writes_is_no_limit():
+    """A job without a time limit in a partition without one that Slurm's backfill pass
+    starts gets a limit of a year written to it (backfill.c: ``YEAR_MINUTES``; captured
+    live by benchmarks/replay_fidelity.py), while the same job started by the main scheduler
+    keeps ``UNLIMITED``: both are no limit, whichever pass started it (as is a longer limit
+    already, which squeue prints as ``INVALID``). A minute less is a declared limit."""
+    assert by_id(row(Timelimit="365-00:00:00"))["100"].trace.time_limit_s is None
+    assert by_id(row(Timelimit="364-23:59:00"))["100"].trace.time_limit_s == 365 * 86400 - 60
+
+
 @pytest.mark.parametrize(
     ("limit", "seconds"), [("00:10:00", 600), ("2-03:04:05", 183845), ("10:00", 600), ("1-00:00:00", 86400)]
 )

@@ -115,18 +115,16 @@ def test_a_sites_history_replays_in_the_simulator(live, tmp_path: Path, capsys: 
 
 def test_a_queue_replays_with_each_jobs_jct(live, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     """Jobs that queue on the partition Slurm schedules itself, replayed by ``mosaic sim
-    --scheduler fifo --trigger event -o placement.backfill=false`` (Slurm's main scheduler: FIFO
-    at every submission and completion): each job's JCT, queueing included, as sacct recorded
-    it (End - Submit). Every job takes a whole node, so Slurm's backfill pass could start
-    nothing its FIFO would not, and placement cannot differ. Tolerance: a job that waited
-    starts in Slurm up to a second after the job it waited for ended (and sacct's times are
-    whole seconds), and a first start on a free node takes Slurm 1-2 s from submission: the
-    replay may be up to 2 s, plus 1.5 s per wave of jobs ahead of it, faster than sacct (-1 to
-    -4 s measured), and no slower than sacct's rounding."""
+    --scheduler fifo --trigger event -o placement.backfill=false --launch-s 1`` (Slurm's main
+    scheduler: FIFO at every submission and completion; a job starts a second after it is
+    submitted to free GPUs, or after the job it waited for ended): each job's JCT, queueing
+    included, as sacct recorded it (End - Submit), within 2 s (sacct's times are whole seconds;
+    the first job on a fresh cluster takes 2 s to start; -1 to +1 s measured otherwise). Every
+    job takes a whole node, so Slurm's backfill pass could start nothing its FIFO would not,
+    and placement cannot differ (benchmarks/replay_fidelity.py measures mixed jobs)."""
     env = live.env
     since = datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
     time.sleep(1)
-    nodes = len(live.node_names())
     sleeps = [3, 5, 2, 4, 3, 2, 4, 3, 2, 3]
     ids = []
     for k, sleep_s in enumerate(sleeps):
@@ -154,7 +152,8 @@ def test_a_queue_replays_with_each_jobs_jct(live, tmp_path: Path, capsys: pytest
     assert main(["trace", "from-sacct", *conf, "--since", since, "--out", str(trace_path)]) == 0
     assert main(["cluster", "from-slurm", *conf, "--out", str(cluster_path)]) == 0
     args = ["sim", "--cluster", str(cluster_path), "--trace", str(trace_path), "--scheduler", "fifo"]
-    args += ["--trigger", "event", "-o", "placement.backfill=false", "--out", str(out), "--no-plot"]
+    args += ["--trigger", "event", "-o", "placement.backfill=false", "--launch-s", "1"]
+    args += ["--out", str(out), "--no-plot"]
     assert main(args) == 0
     capsys.readouterr()
     replayed = {
@@ -163,5 +162,4 @@ def test_a_queue_replays_with_each_jobs_jct(live, tmp_path: Path, capsys: pytest
     }
     errors = {job_id: replayed[job_id] - sacct_jct[job_id] for job_id in ids}
     print("replay JCT - sacct JCT (s):", errors)
-    for k, job_id in enumerate(ids):
-        assert -(2 + 1.5 * (k // nodes)) <= errors[job_id] <= 1, (job_id, sorted(errors.items()))
+    assert all(abs(e) <= 2 for e in errors.values()), sorted(errors.items())

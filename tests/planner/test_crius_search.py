@@ -23,6 +23,7 @@ from planner.policies.crius.deadline import DeadlineRule, min_satisfactory_share
 from planner.policies.crius.policy import CriusAllocation
 from planner.policies.crius.search import Limits, Shape, charged, fit, shrink_in_place
 from planner.sim.engine import SimConfig, simulate
+from planner.stages import Draft
 from planner.traces import parse_trace
 from planner.validate import plan_violations
 from profiles.perfmodel.crius import builtin_crius
@@ -60,6 +61,7 @@ def crius(depth: int = 3, **options) -> Scheduler:
         options.pop("restart_cost_s", 30.0),
         options.pop("deadlines", False),
         options.pop("scale", (0.5, 2.0)),
+        options.pop("queue", "arrival"),
     )
     assert not options
     return replace(base, reconfiguration=stage)
@@ -123,7 +125,9 @@ def test_demand_widens_only_jobs_the_cells_know_and_is_idempotent():
 
 
 def test_options_are_checked():
-    for bad in ({"scale": [2, 3]}, {"scale": "wide"}, {"estimate": "guess"}, {"depth": -1}, {"speed": 1}):
+    bad_options = ({"scale": [2, 3]}, {"scale": "wide"}, {"estimate": "guess"}, {"depth": -1}, {"speed": 1},
+                   {"queue": "lifo"})  # fmt: skip
+    for bad in bad_options:
         with pytest.raises(ConfigError):
             build_scheduler(preset("crius").with_overrides(options={"reconfiguration": bad}))
 
@@ -193,6 +197,29 @@ def test_a_waiting_job_reclaims_gpus_from_opportunistic_ones():
     rigid = running(make_job(3, 2, model="resnet50", submit=-1.0), gpus("a", 2, 3))
     plan = plan_round(make_snapshot(nodes, [first, later, rigid]), crius())
     assert "1" not in plan.assignments and plan.assignments["2"].gpus == later.assignment.gpus
+
+
+def test_an_ordered_queue_decides_in_the_rounds_order():
+    # Room for one of two waiting jobs: Crius's FIFO queue gives it to the first submitted,
+    # queue = "ordered" to the first in the order the round hands the stage.
+    nodes = [make_node("a", 4, "a100")]
+    first = job(1, 4, model="fake_big", gpu_types=("a100",), min_gpus=4, max_gpus=4)
+    second = job(2, 4, submit=5.0, gpu_types=("a100",), min_gpus=4, max_gpus=4)
+    snap = make_snapshot(nodes, [first, second])
+    for queue, winner in (("arrival", "1"), ("ordered", "2")):
+        done = crius(queue=queue).reconfiguration.reconfigure(snap, [second, first], Draft({}, {}))
+        assert set(done.assignments) == {winner}, queue
+
+
+def test_an_ordered_queue_suspends_no_running_job_for_a_waiting_one():
+    # The case above where FIFO suspends the opportunistic job: under queue = "ordered" it
+    # runs on (the search may still shrink it; here that would not make room).
+    nodes = [make_node("a", 4, "a100")]
+    first = job(1, 4, model="fake_big", gpu_types=("a100",), min_gpus=4, max_gpus=4)
+    later = running(job(2, 2, submit=5.0), gpus("a", 0, 1))
+    plan = plan_round(make_snapshot(nodes, [first, later]), crius(queue="ordered"))
+    assert "1" not in plan.assignments and plan.assignments["2"].gpus == later.assignment.gpus
+    assert plan.preempted == ()
 
 
 def test_jobs_after_a_waiting_one_only_use_idle_gpus():

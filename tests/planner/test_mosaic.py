@@ -267,3 +267,11 @@ def test_mosaic_options_are_checked():
         mosaic(max_restarts=-1)
     with pytest.raises(ConfigError, match="unknown"):
         mosaic(max_restart=1)
+
+
+def test_crius_decides_mosaics_jobs_in_the_rounds_order_unless_told_otherwise():
+    # The ordering owns the order (rules.py): Crius's FIFO queue is an option, not the default.
+    stage = build_scheduler(preset("mosaic"), profiles()).reconfiguration
+    assert stage.crius.queue == "ordered"
+    told = preset("mosaic").with_overrides(options={"reconfiguration": {"crius": {"queue": "arrival"}}})
+    assert build_scheduler(told, profiles()).reconfiguration.crius.queue == "arrival"

@@ -21,8 +21,9 @@ sharing partner               the packing when configured (``bsbf-rigid``: SJF-B
 GPU count, plan, CPUs of a    Rubick's joint allocation (:func:`rubick_decides`): it overrides
 job Rubick decides            the placement's GPUs and the shaping's CPUs for these jobs only,
                               and keeps every privileged job at its performance guarantee
-GPU type and count of a job   Crius's Cell search (:func:`crius_decides`): overrides the
-Crius decides                 placement for these jobs only, on GPUs no other job holds;
+GPU type and count of a job   Crius's Cell search (:func:`crius_decides`), its jobs decided
+Crius decides                 in the order's sequence: overrides the placement for these jobs
+                              only, on GPUs no other job holds;
                               CPUs and memory GPU-proportional
 CPUs and memory of every      Synergy-Tune (the shaping stage), on the node the job got; where
 other job                     a later stage's job took CPUs or memory Tune had given a

@@ -65,7 +65,8 @@ class MosaicPacking:
 @dataclass(frozen=True)
 class MosaicReconfiguration:
     """Options: ``rubick`` (a table of the ``rubick`` stage's options), ``crius`` (of the
-    ``crius`` stage's; ``scale`` is not allowed: ``mosaic`` widens no job's demand),
+    ``crius`` stage's; ``scale`` is not allowed: ``mosaic`` widens no job's demand;
+    ``queue`` is ``ordered`` unless set),
     ``restart_cost_s`` (30, given to both unless their tables set it), ``keep`` (true: the
     round ends with :func:`planner.policies.keep.keep_in_place`)."""
 
@@ -85,6 +86,9 @@ class MosaicReconfiguration:
         if cost is not None:
             rubick_options.setdefault("restart_cost_s", cost)
             crius_options.setdefault("restart_cost_s", cost)
+        # Crius decides its jobs in the round's priority order, which the mosaic ordering
+        # owns (rules.py), not in its own submission order.
+        crius_options.setdefault("queue", "ordered")
         return cls(
             RubickAllocation.from_options(rubick_options, context),
             CriusAllocation.from_options(crius_options, context),

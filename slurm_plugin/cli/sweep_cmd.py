@@ -5,6 +5,7 @@ on a local process pool or as one Slurm job array. The directory it writes is de
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import io
 import logging
@@ -96,9 +97,11 @@ def add_parser(
         parents=[common],
         help="what is done, failed and missing",
         description="Count the done, failed and missing cells of DIR, name those not done (a failed "
-        "one with its error), print the latest Slurm array job's id, and write DIR/results.csv again.",
+        "one with its error, a missing one with its array task's state while Slurm still holds it), "
+        "print the latest Slurm array job's id, and write DIR/results.csv again.",
     )
     st.add_argument("dir", metavar="DIR")
+    st.add_argument("--slurm-conf", help="slurm.conf of the cluster the array runs on (default: Slurm's own)")
     st.set_defaults(run=run_status)
     # One cell of a sweep: what each Slurm array task runs (not listed in the help).
     rc = cmds.add_parser("run-cell", parents=[common])
@@ -348,12 +351,47 @@ def run_status(args: argparse.Namespace) -> int:
     status = sw.write_results(directory, sweep)
     counts = {s: sum(1 for v in status.values() if v == s) for s in sw.STATES}
     print(f"{directory}: " + ", ".join(f"{counts[s]} {s}" for s in sw.STATES) + f" of {len(status)} cells")
-    if doc.get("slurm_job_id"):
-        print(f"  Slurm array job {doc['slurm_job_id']}")
+    tasks: dict[int, str] = {}
+    job_id = doc.get("slurm_job_id")
+    if job_id:
+        env = {"SLURM_CONF": str(Path(args.slurm_conf).resolve())} if args.slurm_conf else {}
+        asked = _array_tasks(str(job_id), env)
+        if asked is None:
+            print(f"  Slurm array job {job_id}: squeue could not say which of its tasks are queued")
+        else:
+            tasks = asked
+            held = collections.Counter(sorted(tasks.values()))
+            print(
+                f"  Slurm array job {job_id}: "
+                + (", ".join(f"{n} {state.lower()}" for state, n in held.items()) if tasks else "ended")
+            )
     for cell, s in status.items():
         if s != "done":
-            print(_describe(directory, cell, s))
+            line = _describe(directory, cell, s)
+            if s == "missing" and cell.index in tasks:
+                line += f" (array task {tasks[cell.index].lower()})"
+            print(line)
     return 0
+
+
+def _array_tasks(job_id: str, env: dict[str, str]) -> dict[int, str] | None:
+    """Slurm's state of each task of array job ``job_id`` it still holds (pending, running, ...):
+    none once the job has ended; ``None`` when squeue fails otherwise."""
+    result = run_command(["squeue", "-h", "-r", "-j", job_id, "-o", "%K %T"], env=env, check=False)
+    if result.returncode != 0:
+        return {} if "invalid job id" in result.stderr.lower() else None
+    return array_task_states(result.stdout)
+
+
+def array_task_states(text: str) -> dict[int, str]:
+    """``squeue -h -r -o "%K %T"`` output as {array task index: state}; a line without a task
+    index (``N/A``: not an array task) is skipped."""
+    out: dict[int, str] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[0].isdigit():
+            out[int(fields[0])] = fields[1]
+    return out
 
 
 def run_run_cell(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from planner.metrics import SUMMARY_KEYS
 from slurm_plugin import sweep as sw
 from slurm_plugin.cli import sweep_cmd
 from slurm_plugin.cli.main import main
+from slurm_plugin.cli.sweep_cmd import array_task_states
 from tests.builders import SMALL_CLUSTER_TOML
 
 CLUSTER = SMALL_CLUSTER_TOML
@@ -283,3 +284,9 @@ def test_sbatch_runs_one_array_of_the_cells_to_run(tmp_path):
     script = sweep_cmd.task_script(tmp_path)
     assert f'-m slurm_plugin.cli.main sweep run-cell "{tmp_path}" "$SLURM_ARRAY_TASK_ID"' in script
     assert script.splitlines()[1].startswith(f'exec "{sweep_cmd.sys.executable}"')
+
+
+def test_squeue_array_task_states_are_read_per_task():
+    # squeue -h -r -o "%K %T": one line per array task; a job that is no array task has N/A.
+    text = "5 RUNNING\n6 PENDING\n7 PENDING\nN/A RUNNING\n\n"
+    assert array_task_states(text) == {5: "RUNNING", 6: "PENDING", 7: "PENDING"}

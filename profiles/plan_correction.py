@@ -24,7 +24,7 @@ turns those into corrections of the pricer's answers:
   where both are known (Crius's Cells, :class:`planner.policies.crius.cells.CorrectedCells`).
   Errors of a fitted model are similar at similar configurations, not across the plan
   space: one global factor per model (``scale`` very large) makes held-out points *worse*
-  after one observation (``benchmarks/plan_learning.py``).
+  after one observation (``benchmarks/papers/plan_learning.py``).
 
 ``w0`` and ``scale`` were chosen by leave-one-model-out on Rubick's 99 validation points
 (the choice made on six models, scored on the seventh: the same pair for all seven), the

@@ -235,7 +235,7 @@ def quiet_worker(_worker_id: int) -> None:
 def default_workers(cpus: int) -> int:
     """Loader workers for ``cpus`` CPUs: one per CPU. The training step runs on its own thread
     beside them; while it waits for data (the common case in a CPU-bound job) its CPU decodes
-    too, which ``cpus - 1`` workers would leave idle (measured: benchmarks/cpu_curves.py)."""
+    too, which ``cpus - 1`` workers would leave idle (measured: benchmarks/tools/cpu_curves.py)."""
     return cpus
 
 

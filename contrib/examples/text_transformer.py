@@ -9,7 +9,7 @@ memory (a seeded order-2 Markov chain over ``--vocab`` symbols, so there is some
 learn), and a batch is a slice of that tensor: there is no decode and no augmentation, and
 no loader worker. The model computes on ``--threads`` torch intra-op threads (default 1,
 standing for the accelerator), a number that never follows the CPUs the job is given: so a
-second CPU has nothing to do and the throughput stays flat (``benchmarks/cpu_curves.py``
+second CPU has nothing to do and the throughput stays flat (``benchmarks/tools/cpu_curves.py``
 measures it).
 
 Under ``mosaic-run --framework deepspeed`` the same model trains with DeepSpeed (ZeRO on gloo,

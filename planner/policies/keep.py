@@ -8,7 +8,7 @@ before it, so a round may restart running jobs that its own end result did not n
 * the placement stops a running job for a higher-ranked one that Crius or Rubick then moves
   elsewhere, and the GPUs go to a lower-ranked arrival.
 
-On the mixed workload of ``benchmarks/mosaic.py`` these were a third of ``mosaic``'s restarts.
+On the mixed workload of ``benchmarks/papers/mosaic.py`` these were a third of ``mosaic``'s restarts.
 This pass ends the round and undoes them, in two steps:
 
 1. **Resume.** In priority order, a running job the round stopped for want of GPUs resumes as

@@ -55,7 +55,7 @@ class _Board:
     cluster and reserves every running job's GPUs (holder ranks, deferred reservations,
     per-node stamps for cached searches), and it is indexed by node position with flat
     per-GPU arrays, which the round's latency budget at thousands of GPUs needs
-    (benchmarks/plan_latency.py); a dict of free-index lists per node would cost that.
+    (benchmarks/performance/plan_latency.py); a dict of free-index lists per node would cost that.
     Its rule also differs from :func:`planner.slots.consolidated_slots`: the single-node best
     fit is the same, but a job larger than a node spans the fewest nodes of one type taking
     the fullest first (uneven counts; :func:`_fewest_nodes`), and it may displace running jobs.

@@ -61,7 +61,7 @@ median ``eta`` on that type. So no estimate reads the table's value at the key i
 The two constants were chosen on this same table (grid ``RIDGE`` in {0.05, 0.2, 0.5, 5} x
 ``OTHER_TYPE_WEIGHT`` in {0.001, 0.01, 0.05, 0.2, 1}, and with or without the family's
 slopes; mean accuracy 0.79-0.91), a mild selection the accuracy benchmark
-(``benchmarks/crius_estimate.py``) reports with.
+(``benchmarks/papers/crius_estimate.py``) reports with.
 
 **Cell-guided tuning (§5.2).** The estimate's per-stage choices are the stages' favours;
 the plan space is cut at the half-hybrid point (``t = sqrt(k)``) to the favoured half (the

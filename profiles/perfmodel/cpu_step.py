@@ -2,7 +2,7 @@
 
 Rubick's iteration-time model (§4, :mod:`profiles.perfmodel.terms`) is built for GPU steps,
 where a forward pass scales with the micro-batch and a GPU's speed is fixed. A rank of CPU
-threads breaks three of its assumptions, measured with ``benchmarks/profiler_fit.py`` on the
+threads breaks three of its assumptions, measured with ``benchmarks/tools/profiler_fit.py`` on the
 bundled text-transformer (2 cores; milliseconds per step of global batch 16: one rank of one
 thread 36.9 at accumulation 1 and 62.1 at 16; one rank of two threads 24.1 and 61.2):
 

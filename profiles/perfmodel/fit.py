@@ -18,7 +18,7 @@ because some models have only three or four samples and some none:
   backward/forward ratio is a property of the layer type and kernels, and a model whose
   samples are all one plan (LLaMA-2-7B: ZeRO-Offload+GC only) cannot separate it from the
   offload terms. The weights were chosen by leave-one-out cross-validation on the samples
-  (:func:`leave_one_out`; ``benchmarks/perfmodel.py`` reports it), never on validation
+  (:func:`leave_one_out`; ``benchmarks/papers/perfmodel.py`` reports it), never on validation
   points;
 * the samples' **profiled forward times** (``Measurement.fwd_time_s``) are used twice, as
   Rubick's own fit uses its profiled times: as each sample's ``T_fwd`` input
@@ -38,7 +38,7 @@ because some models have only three or four samples and some none:
   from the compute rate (RoBERTa 4.6 against 3.1 %, BERT 4.8 against 2.8 %), hence the rule
   depends on whether a forward time is given; while GPT-2's and T5's parameters (different
   architectures) do worse than the shared ones for each other, with and without forward times
-  (``benchmarks/perfmodel.py``, ``family_evidence``).
+  (``benchmarks/papers/perfmodel.py``, ``family_evidence``).
 
 The fit is ``scipy.optimize.least_squares`` on log errors (RMSLE) with those penalty rows,
 started from three fixed points (deterministic); the best one wins.
@@ -133,7 +133,7 @@ class FitOptions:
     pooling: float = 0.03
     rate_pooling: float = 0.1
     # Per-parameter pooling weights that override ``pooling``; ``k_bwd``'s was chosen by
-    # leave-one-out on the bundled samples (module docstring, benchmarks/perfmodel.py).
+    # leave-one-out on the bundled samples (module docstring, benchmarks/papers/perfmodel.py).
     pooling_by: tuple[tuple[str, float], ...] = (("k_bwd", 0.3),)
     k_bwd_prior: float = 2.0
     k_bwd_prior_weight: float = 1.0

@@ -19,7 +19,7 @@ set it on a real controller. Unset (the daemon's case), a point costs one lookup
 
 ``tests/slurm_plugin/test_live_crash_points.py`` kills the real ``mosaic controller --once``
 at every point, on the test cluster, and checks what the next controller makes of it;
-``benchmarks/crash_points.py`` writes the outcome table.
+``benchmarks/soak/crash_points.py`` writes the outcome table.
 """
 
 from __future__ import annotations

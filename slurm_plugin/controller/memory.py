@@ -6,7 +6,7 @@ heap stay resident until something asks for them back, so a long-running control
 rose in small steps with fragmentation although the objects it holds did not grow (the
 day-of-load benchmark's diagnosis: Python heap flat, glibc's free bytes growing).
 ``malloc_trim(0)`` returns the free pages of every arena (``MADV_DONTNEED``, glibc >= 2.8)
-and the top of the heap; its cost is part of the tick time `benchmarks/day_of_load.py` records.
+and the top of the heap; its cost is part of the tick time `benchmarks/soak/day_of_load.py` records.
 
 The C libraries are reached here only (the memory probes of the benchmarks use :func:`libc`
 and :func:`sqlite_memory_mb` too).

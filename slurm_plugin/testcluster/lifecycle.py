@@ -382,7 +382,7 @@ def down(root: Path = DEFAULT_ROOT, timeout_s: float = 15.0) -> list[str]:
     pids = daemon_pids(cluster)
     if pids.get("slurmctld") is not None:
         try:
-            # 120 s: cancelling 20,000 queued jobs (benchmarks/live_tick.py) takes slurmctld
+            # 120 s: cancelling 20,000 queued jobs (benchmarks/performance/live_tick.py) takes slurmctld
             # longer than 10 s, and a job not cancelled outlives the daemons.
             run(["scancel", "--user=root"], env=cluster.env, timeout_s=120, check=False)
         except SlurmCommandError as e:

@@ -79,7 +79,7 @@ SHAPES: dict[str, ClusterShape] = {
     "shard": ClusterShape("shard", (NodeGroup(2, 4, "a100", 16, 64, shards_per_gpu=2),)),
     # One node whose GPU-proportional CPU share (1) is below what a 2-core machine can pin
     # and measure, and whose memory share (32 GB) holds Synergy's smallest grid point
-    # (20.83 GB), for the closed loop (benchmarks/closed_loop.py).
+    # (20.83 GB), for the closed loop (benchmarks/soak/closed_loop.py).
     "cpu-scarce": ClusterShape("cpu-scarce", (NodeGroup(1, 4, "a100", 4, 128),)),
 }
 

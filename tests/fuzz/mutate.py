@@ -2,7 +2,7 @@
 
 Two front ends share one set of mutation operators: hypothesis strategies (the CI tests;
 hypothesis shrinks a failure to a small input) and a plain :class:`random.Random` driver
-(``benchmarks/fuzz.py``, many inputs quickly). A mutation either edits the seed as text
+(``benchmarks/soak/fuzz.py``, many inputs quickly). A mutation either edits the seed as text
 (insert / delete / duplicate a span, splice in a nasty token) or, for JSON seeds, edits the
 parsed document (replace a value anywhere with a nasty value, drop or add a key) and
 serialises it again, so that mutations reach the checks behind the syntax.

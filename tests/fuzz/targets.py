@@ -1,5 +1,5 @@
 """Every parser a user, a job or a node can feed, as fuzz targets (shared by the hypothesis
-tests in this package, ``benchmarks/fuzz.py`` and the optional atheris harness in
+tests in this package, ``benchmarks/soak/fuzz.py`` and the optional atheris harness in
 ``contrib/fuzz/``).
 
 A target takes one input (``str`` text; the file-reading ones take ``bytes``) and either

@@ -22,7 +22,7 @@ from tests.fuzz.targets import TARGETS, KnownBug
 NAMES = sorted(name for name, t in TARGETS.items() if t.kind != "bytes")
 FILES = sorted(name for name, t in TARGETS.items() if t.kind == "bytes")
 # A quarter of the profile's examples per parser and generator (ci: 37 + 37 a parser), so that
-# 23 parsers stay within a minute; benchmarks/fuzz.py runs thousands per parser.
+# 23 parsers stay within a minute; benchmarks/soak/fuzz.py runs thousands per parser.
 EXAMPLES = settings(max_examples=max(5, settings.default.max_examples // 4))
 
 

@@ -238,7 +238,7 @@ def test_perfmodel_environment_error_names_the_document() -> None:
 @pytest.mark.parametrize("key", ["layers", "seq_len", "hidden"])
 def test_perfmodel_shape_counts_of_thousands_of_digits_are_errors_naming_the_document(key: str) -> None:
     """``math.isfinite`` of a 4,001-digit layer count overflowed, and the shape's own error named
-    no document (benchmarks.fuzz --seed 2)."""
+    no document (benchmarks.soak.fuzz --seed 2)."""
     from profiles.perfmodel.document import from_document
 
     document = json.loads(json.dumps(PERFMODEL))
@@ -249,7 +249,7 @@ def test_perfmodel_shape_counts_of_thousands_of_digits_are_errors_naming_the_doc
 
 def test_perfmodel_csv_shape_counts_beyond_64_bits_are_errors_naming_the_line() -> None:
     """A sequence length of 9.6e24 passed the cell checks and the shape's error named no file
-    and line (benchmarks.fuzz --seed 3)."""
+    and line (benchmarks.soak.fuzz --seed 3)."""
     from profiles.perfmodel.csvio import parse_table
 
     head = "model,global_batch,gpus,iter_time_s,params_m,seq_len,hidden,layers\n"

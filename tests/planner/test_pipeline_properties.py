@@ -147,7 +147,7 @@ def test_synergy_replans_an_applied_round_over_two_gpu_types_to_itself(a100_mem_
 
 @pytest.mark.parametrize("name", ["synergy-tune", "synergy-opt"])
 def test_synergy_keeps_a_share_cut_back_to_fair_when_replanning(name):
-    # Found by benchmarks/replan_stress.py (draw 126 of --seed 5 once the counterexample
+    # Found by benchmarks/soak/replan_stress.py (draw 126 of --seed 5 once the counterexample
     # recorded there was set aside). A 4-GPU server with 5 CPUs and 16 GB per GPU: running job 1
     # first gets its best case (4 CPUs, 62.5 GB), then waiting job 0 needs room, and Tune
     # switches job 1 back to its fair share, min(share, proportional) = 4 CPUs and 16 GB (as
@@ -189,7 +189,7 @@ def _three_servers_of_unequal_shares() -> Snapshot:
 @pytest.mark.parametrize("name", ["synergy-tune", "synergy-opt"])
 @pytest.mark.parametrize("case", [_one_server_three_jobs, _three_servers_of_unequal_shares])
 def test_synergy_replans_a_round_where_a_new_job_cut_a_peer_back(case, name):
-    # Found by benchmarks/replan_stress.py (--seed 5; shrunk). One server of 1 CPU and 16 GB per
+    # Found by benchmarks/soak/replan_stress.py (--seed 5; shrunk). One server of 1 CPU and 16 GB per
     # GPU: running job 2 and new job 0 take their wish (4 CPUs, 62.5 GB), new job 1 then needs
     # room and Tune switches job 0 back to its proportional share. Planned again with every job
     # running, the first in order took its wish again before the others were packed, and a peer
@@ -208,7 +208,7 @@ def test_synergy_replans_a_round_where_a_new_job_cut_a_peer_back(case, name):
 
 @pytest.mark.parametrize("name", ["synergy-tune", "synergy-opt"])
 def test_synergy_starts_a_waiting_job_where_its_best_fit_left_the_gpus_free(name):
-    # Found by benchmarks/replan_stress.py (draw 630 of --seed 5). The placement puts 2-GPU
+    # Found by benchmarks/soak/replan_stress.py (draw 630 of --seed 5). The placement puts 2-GPU
     # job 3 on the 4-GPU n1 beside running job 6, and 2-GPU job 4 finds no server with two
     # free GPUs. Tune re-packs by best fit: jobs 1-3 fill the 2-GPU servers and 1-GPU job 0
     # goes to n1, which keeps two GPUs free. Planned again, the placement started job 4

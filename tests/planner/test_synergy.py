@@ -160,7 +160,7 @@ def test_second_lp_fragments_at_most_3s_jobs() -> None:
 
 
 def test_tune_on_the_placements_gpus_keeps_no_share_a_moved_job_had_elsewhere() -> None:
-    # Found by `benchmarks.synergy multigpu` (LAS, t=171,000 s): when Tune's own GPU re-pack
+    # Found by `benchmarks.papers.synergy multigpu` (LAS, t=171,000 s): when Tune's own GPU re-pack
     # fails it packs on the placement's GPUs, where a job the placement moved is not on its
     # GPUs. Its old share fitted the new server alone, and two such jobs were both kept with it:
     # 6 CPUs on a server of 4. Only a job kept on its GPUs keeps its share.

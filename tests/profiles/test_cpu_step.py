@@ -18,7 +18,7 @@ from profiles.perfmodel.query import ModelShape, make_query
 from profiles.profiler.runs import default_plan_samples
 
 SHAPE = ModelShape(name="text-transformer", params=0.43776e6, seq_len=64, hidden=128, layers=2)
-# Close to what benchmarks/profiler_fit.py fits on 2 cores (seconds).
+# Close to what benchmarks/tools/profiler_fit.py fits on 2 cores (seconds).
 TRUTH = CpuStepParams(c_micro=1.8e-3, c_sample=2.1e-3, theta=0.47, c_sync=6.2e-3, c_share=2.7)
 
 

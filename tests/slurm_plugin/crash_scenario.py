@@ -1,6 +1,6 @@
 """One controller round that reaches every crash point, killed there and recovered (real Slurm).
 
-Shared by ``test_live_crash_points.py`` and ``benchmarks/crash_points.py``. On the test
+Shared by ``test_live_crash_points.py`` and ``benchmarks/soak/crash_points.py``. On the test
 cluster (4 nodes x 4 GPUs) three jobs outside Mosaic's partitions hold n2-n4, so Mosaic
 plans n1's 4 GPUs; the scheduler is ``elastic`` with LAS ordering (preemptive). Prepared
 by in-process ticks:

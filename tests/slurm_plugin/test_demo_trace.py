@@ -1,10 +1,10 @@
-"""``mosaic demo --trace`` / ``benchmarks.live_fidelity --trace``: which trace runs, without Slurm."""
+"""``mosaic demo --trace``: which trace runs, without Slurm (``benchmarks.soak.live_fidelity --trace``'s
+result names: tests/benchmarks/soak/test_live_fidelity.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.live_fidelity import parse_args, result_name
 from planner.config import preset
 from planner.core.errors import TraceError
 from planner.traces.csvio import format_trace
@@ -57,13 +57,6 @@ def test_demo_cli_takes_a_trace_and_fails_before_the_cluster_on_a_bad_one(tmp_pa
     assert main(["demo", "--trace", str(tmp_path / "missing.csv"), "--dir", str(tmp_path / "c")]) == 2
     assert "missing.csv" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
-
-
-def test_fidelity_benchmark_names_its_result_by_trace():
-    assert result_name(parse_args([])) == "live_fidelity"  # the 10-job result is kept
-    assert result_name(parse_args(["--trace", "fidelity24"])) == "live_fidelity_24"
-    assert result_name(parse_args(["--trace", "/x/mine.csv"])) == "live_fidelity_mine"
-    assert result_name(parse_args(["--trace", "fidelity24", "--result", "r"])) == "r"
 
 
 def test_the_simulation_stops_at_the_live_runs_limit():

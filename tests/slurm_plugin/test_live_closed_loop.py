@@ -6,7 +6,7 @@ share is 1 CPU). Both CPU examples are profiled under srun at 1 and 2 CPUs (the 
 machine can pin), then their batch scripts are submitted together. Synergy-Tune gives each
 job the CPUs its measured curve says pay (the fewest reaching 95 % of its peak), here within
 the node's 4. The benchmark with both presets, longer runs and JCTs is
-``benchmarks/closed_loop.py``; this test asserts the decision and that the controller read
+``benchmarks/soak/closed_loop.py``; this test asserts the decision and that the controller read
 the jobs' heartbeats, not timings.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.closed_loop import DATA, JOBS, Settings, demand_cpus, max_cpus, profile, run_pair
+from benchmarks.soak.closed_loop import DATA, JOBS, Settings, demand_cpus, max_cpus, profile, run_pair
 from slurm_plugin.testcluster.lifecycle import Cluster
 
 SHARE = 1  # the cpu-scarce node's 4 CPUs over its 4 GPUs

@@ -121,7 +121,7 @@ def test_a_queue_replays_with_each_jobs_jct(live, tmp_path: Path, capsys: pytest
     included, as sacct recorded it (End - Submit), within 2 s (sacct's times are whole seconds;
     the first job on a fresh cluster takes 2 s to start; -1 to +1 s measured otherwise). Every
     job takes a whole node, so Slurm's backfill pass could start nothing its FIFO would not,
-    and placement cannot differ (benchmarks/replay_fidelity.py measures mixed jobs)."""
+    and placement cannot differ (benchmarks/soak/replay_fidelity.py measures mixed jobs)."""
     env = live.env
     since = datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
     time.sleep(1)

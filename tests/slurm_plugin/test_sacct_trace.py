@@ -150,7 +150,7 @@ def test_no_time_limit(limit):
 def test_the_year_slurms_backfill_writes_is_no_limit():
     """A job without a time limit in a partition without one that Slurm's backfill pass
     starts gets a limit of a year written to it (backfill.c: ``YEAR_MINUTES``; captured
-    live by benchmarks/replay_fidelity.py), while the same job started by the main scheduler
+    live by benchmarks/soak/replay_fidelity.py), while the same job started by the main scheduler
     keeps ``UNLIMITED``: both are no limit, whichever pass started it (as is a longer limit
     already, which squeue prints as ``INVALID``). A minute less is a declared limit."""
     assert by_id(row(Timelimit="365-00:00:00"))["100"].trace.time_limit_s is None

@@ -1,7 +1,7 @@
 """Where the torch example trains (contrib/examples/train_torch.py ``pick_device``): the GPU of
 its local rank where every local rank has one, else the CPU. The CUDA branch is exercised here
 with torch's device queries patched (this machine has no GPU); the runs on a real GPU are
-``benchmarks/gpu_wrapper.py``'s."""
+``benchmarks/tools/gpu_wrapper.py``'s."""
 
 import os
 import subprocess

@@ -23,7 +23,7 @@ Four keys, in this order:
    a short one gets SRTF's benefit without its need for true run times. A running best-effort
    job counts ``preemption_gap`` (5) buckets lower: a waiting job preempts it only with a bound
    32 times shorter, since a bound is up to a few times the true run time and a restart is
-   paid in full. On the mixed workloads (``benchmarks/mosaic.py``, 200 jobs, 4 seeds at 20
+   paid in full. On the mixed workloads (``benchmarks/papers/mosaic.py``, 200 jobs, 4 seeds at 20
    and 40 jobs/h) this cut restarts from 1.5 to 0.55 per job at the same average JCT. Jobs
    without a limit (or whose limits fall in one bucket) keep Tiresias' order; a running job's
    bound only falls, so it never moves below a job that waits. Within a bucket, Tiresias'

@@ -1,0 +1,79 @@
+"""Mosaic's simulator at the settings of Rubick's artifact simulator (issue 41).
+
+Runs `rubick` and `synergy-tune` on the Rubick Base workload with 60 s rounds, a 260 s
+restart and no checkpoint cost, first as Mosaic charges restarts (a first start free),
+then with the artifact's rule that every placement, the first included, costs 260 s
+(``SimConfig.launch_s``); ``rubick`` also with the artifact's policy's δ and non-preemptive
+(its Morphling keeps running jobs). The artifact's own numbers (run separately, outside the repo,
+with its ``simulator/simulator.py workload-base.csv --policy morphling --interval 60``)
+are recorded beside them. Usage: ``.venv/bin/python benchmarks/papers/rubick_truth.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.common import write_result
+from benchmarks.papers.rubick import CLUSTER, TRACES
+from planner.cluster import cluster_from_toml
+from planner.config import PRESETS, build_scheduler
+from planner.sim import SimConfig, simulate
+from planner.traces.csvio import parse_trace
+from profiles.store import ProfileStore
+
+# Average JCT (h) of the artifact's simulator on workload-base.csv, 8x8 GPUs, 60 s interval,
+# 260 s per placement (measured with its simulator.py; Synergy as given in issue 41).
+ARTIFACT = {"rubick": 1.01, "synergy-tune": 1.90}
+
+
+def run(
+    preset: str, launch_s: float, policy_restart_s: float | None = None, preemptive: bool | None = None
+) -> dict[str, Any]:
+    nodes = tuple(cluster_from_toml(CLUSTER.read_text()))
+    trace = parse_trace((TRACES / "rubick_base.csv").read_text(), "rubick_base.csv")
+    profiles = ProfileStore.builtin()
+    config = SimConfig(round_s=60.0, checkpoint_s=0.0, relaunch_s=260.0, launch_s=launch_s)
+    started = time.perf_counter()
+    scheduler = PRESETS[preset]
+    if policy_restart_s is not None:  # Rubick's δ told the simulator's restart cost
+        scheduler = replace(scheduler, options={"reconfiguration": {"restart_cost_s": policy_restart_s}})
+    if preemptive is not None:  # the artifact's Morphling keeps running jobs where they are
+        scheduler = replace(scheduler, preemptive=preemptive)
+    result = simulate(nodes, trace, build_scheduler(scheduler, profiles), config, profiles=profiles)
+    s = result.summary
+    row = {
+        "preset": preset,
+        "launch_s": launch_s,
+        "policy_restart_s": policy_restart_s,
+        "preemptive": preemptive,
+        "avg_jct_h": s["avg_jct_s"] / 3600.0,
+        "makespan_h": s["makespan_s"] / 3600.0,
+        "restarts": s["restarts"],
+        "finished": s["finished"],
+        "artifact_avg_jct_h": ARTIFACT[preset],
+        "wall_s": time.perf_counter() - started,
+    }
+    print(row, flush=True)
+    return row
+
+
+def main() -> None:
+    presets = sys.argv[1].split(",") if len(sys.argv) > 1 else ["rubick", "synergy-tune"]
+    rows = [run(p, launch) for p in presets for launch in (0.0, 260.0)]
+    if "rubick" in presets:
+        rows += [run("rubick", launch, 260.0) for launch in (0.0, 260.0)]
+        rows += [run("rubick", launch, preemptive=False) for launch in (0.0, 260.0)]
+    write_result(
+        "rubick_truth",
+        {"command": "benchmarks/papers/rubick_truth.py " + ",".join(presets), "rows": rows},
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from slurm_plugin import sweep as sw
+from slurm_plugin.cli import sweep_cmd
 from slurm_plugin.cli.main import main
 from slurm_plugin.slurm.runner import run
 from slurm_plugin.testcluster.shapes import OTHER_PARTITION
@@ -55,7 +56,7 @@ def test_a_sweep_runs_as_one_job_array_and_reruns_only_a_killed_task(
     assert f"  Slurm array job {job_id}: " in (printed := capsys.readouterr().out)
     assert f"{killed}" in printed and "(array task pending)" in printed, printed
     run(["scancel", f"{job_id}_23"], env=live.env)  # killed on purpose, before it ran
-    wait_for("the array job to end", lambda: not _queued(job_id, live.env), timeout_s=120)
+    wait_for("the array job to end", lambda: not sweep_cmd._queued(job_id, live.env), timeout_s=120)
     assert main(status) == 0
     printed = capsys.readouterr().out
     assert (
@@ -79,8 +80,3 @@ def test_a_sweep_runs_as_one_job_array_and_reruns_only_a_killed_task(
     assert main(["sweep", *definition, "--local", "--out", str(local)]) == 0
     assert len(_rows(local)) == 24 and {r["status"] for r in _rows(local)} == {"done"}
     assert _rows(arrayed) == _rows(local)
-
-
-def _queued(job_id: str, env: dict[str, str]) -> bool:
-    result = run(["squeue", "-h", "-j", job_id, "-o", "%i"], env=env, check=False)
-    return result.returncode == 0 and bool(result.stdout.strip())

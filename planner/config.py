@@ -10,6 +10,7 @@ table):
     [scheduler]
     preset = "tiresias"
     preemptive = true            # omit for the policy's published default
+    restart_cost_s = 30          # what one restart of a job costs (checkpoint + relaunch)
 
     [scheduler.options.policy]   # options of the tiresias ordering
     queue_thresholds_gpu_s = [3600, 36000]
@@ -37,7 +38,7 @@ import planner.policies  # noqa: F401  (registers the built-in components)
 from planner.core.errors import ConfigError
 from planner.core.fields import Fields
 from planner.pipeline import Scheduler
-from planner.registry import Registry, StageContext
+from planner.registry import DEFAULT_RESTART_COST_S, Registry, StageContext
 from planner.stages import MIGRATIONS, ORDERINGS, PACKINGS, PLACEMENTS, RECONFIGURATIONS, SHAPINGS
 from profiles.store import ProfileStore
 
@@ -72,6 +73,10 @@ class SchedulerConfig:
     trigger: str = "round"
     # Tenants with GPU quotas (``[[tenants]]``); the rubick and antman orderings read them.
     tenants: tuple[Tenant, ...] = ()
+    # What one restart of a job costs (checkpoint, relaunch, warm-up), for every stage that
+    # weighs restarts (Rubick §5.3's δ, Crius's and mosaic's restart charge) unless a stage's
+    # own ``restart_cost_s`` option says otherwise; ``None``: DEFAULT_RESTART_COST_S.
+    restart_cost_s: float | None = None
 
     def with_overrides(self, **changes: Any) -> SchedulerConfig:
         """Apply the non-``None`` overrides (``preemptive`` may be set to either bool)."""
@@ -293,6 +298,7 @@ _SCHEDULER_KEYS = (
     "migration",
     "options",
     "tenants",
+    "restart_cost_s",
 )
 
 
@@ -315,6 +321,7 @@ def config_from_mapping(table: Any, source: str = "[scheduler]") -> SchedulerCon
             f.fail_key("options", f"options.{stage} must be a table")
         options[stage] = {**options.get(stage, {}), **opts}
     preemptive = f.flag("preemptive", False) if f.has("preemptive") else None
+    restart_cost = f.opt_float("restart_cost_s", minimum=0.0)
     return replace(
         base,
         policy=f.opt_str("policy") or base.policy,
@@ -328,6 +335,7 @@ def config_from_mapping(table: Any, source: str = "[scheduler]") -> SchedulerCon
         tenants=tenants_from_list(f.req_list("tenants"), f"{source}: tenants")
         if f.has("tenants")
         else base.tenants,
+        restart_cost_s=restart_cost if restart_cost is not None else base.restart_cost_s,
     )
 
 
@@ -377,6 +385,7 @@ def build_scheduler(
         profile_noise,
         seed,
         {t.name: t.gpu_quota for t in config.tenants},
+        restart_cost_s=DEFAULT_RESTART_COST_S if config.restart_cost_s is None else config.restart_cost_s,
     )
 
     def create(registry: Registry[T], stage: str, name: str | None) -> T | None:

@@ -16,6 +16,10 @@ from typing import Any, Generic, TypeVar
 from planner.core.errors import ConfigError
 from profiles.store import ProfileStore
 
+DEFAULT_RESTART_COST_S = 30.0
+"""What a scheduler assumes one restart costs when not told (the simulator's default
+checkpoint plus relaunch)."""
+
 
 @dataclass(frozen=True)
 class StageContext:
@@ -27,6 +31,9 @@ class StageContext:
     ``preemptive`` is ``False`` when the scheduler was configured non-preemptive explicitly
     (``--non-preemptive``, ``preemptive = false``; not a policy's default): a stage that resizes
     jobs (the reconfiguration stages) must then not take GPUs from a running job.
+    ``restart_cost_s`` is what one restart of a job costs (checkpoint, relaunch, warm-up): the
+    scheduler's ``restart_cost_s``; a stage that weighs restarts uses it unless its own
+    options set one.
     """
 
     profiles: ProfileStore
@@ -34,6 +41,7 @@ class StageContext:
     seed: int = 0
     tenants: Mapping[str, int] = field(default_factory=dict)
     preemptive: bool = True
+    restart_cost_s: float = DEFAULT_RESTART_COST_S
 
 
 T = TypeVar("T")

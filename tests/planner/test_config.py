@@ -42,6 +42,23 @@ def test_scheduler_table_with_options():
     assert s.ordering.thresholds_gpu_s == (100.0, 1000.0) and s.ordering.promote_knob == 0
 
 
+def test_the_schedulers_restart_cost_reaches_every_stage_that_weighs_restarts():
+    # One restart cost for the scheduler (Rubick's δ, Crius's charge); a stage's own option wins.
+    rubick = build_scheduler(config_from_mapping({"preset": "rubick", "restart_cost_s": 260}))
+    assert rubick.ordering.restart_cost_s == 260.0 and rubick.reconfiguration.restart_cost_s == 260.0
+    crius = build_scheduler(config_from_mapping({"preset": "crius", "restart_cost_s": 260}))
+    assert crius.reconfiguration.restart_cost_s == 260.0
+    table = {
+        "preset": "rubick",
+        "restart_cost_s": 260,
+        "options": {"reconfiguration": {"restart_cost_s": 60}},
+    }
+    mixed = build_scheduler(config_from_mapping(table))
+    assert mixed.ordering.restart_cost_s == 260.0 and mixed.reconfiguration.restart_cost_s == 60.0
+    default = build_scheduler(PRESETS["rubick"])
+    assert default.ordering.restart_cost_s == default.reconfiguration.restart_cost_s == 30.0
+
+
 @pytest.mark.parametrize(
     ("table", "message"),
     [
@@ -61,6 +78,8 @@ def test_scheduler_table_with_options():
             r"expected one of duration, gpu_time, gpus",
         ),
         ({"preset": "fifo", "preemptive": "yes"}, "expected true or false"),
+        ({"preset": "rubick", "restart_cost_s": -1}, r"key 'restart_cost_s'.*>= 0"),
+        ({"preset": "rubick", "restart_cost_s": "slow"}, r"key 'restart_cost_s'"),
     ],
 )
 def test_bad_scheduler_tables(table, message):

@@ -12,10 +12,9 @@ from planner.config import PRESETS, Tenant, build_scheduler
 from planner.core.errors import ConfigError
 from planner.core.execplan import check, plan_from_mapping
 from planner.core.model import Assignment, Job, JobState, Node, Outcome, Snapshot
-from planner.policies.rubick.allocation import may_reconfigure
 from planner.policies.rubick.curves import SEARCH, job_curve
 from planner.policies.rubick.plans import candidate_plans
-from planner.policies.rubick.policy import privileged, shared_book
+from planner.policies.rubick.policy import may_reconfigure, privileged, shared_book
 from tests.planner.test_pipeline_properties import _next_round
 
 A800 = Node("n0", 8, "a800", 96, 1600.0)

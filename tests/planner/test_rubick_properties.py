@@ -18,9 +18,8 @@ from planner import plan_round
 from planner.config import PRESETS, Tenant, build_scheduler
 from planner.core.execplan import plan_from_mapping, plan_to_mapping, replan
 from planner.core.model import Assignment, Job, JobState, Node, Outcome, Snapshot
-from planner.policies.rubick.allocation import may_reconfigure
 from planner.policies.rubick.curves import even_nodes, job_curve
-from planner.policies.rubick.policy import privileged, rubick_usage, shared_book
+from planner.policies.rubick.policy import may_reconfigure, privileged, rubick_usage, shared_book
 from planner.validate import plan_violations
 from tests.planner.test_pipeline_properties import _next_round
 
@@ -228,6 +227,51 @@ def test_no_running_job_is_reconfigured_for_a_gain_its_restart_eats(snapshot, na
             assert may_reconfigure(job, RESTART_S), (job.id, old, new)
 
 
+@settings(max_examples=60, deadline=None)
+@given(snapshots(), st.sampled_from(("rubick", "rubick-e", "rubick-r", "rubick-n", "sia")))
+def test_no_running_job_is_stopped_for_a_best_effort_one_before_its_restart_pays(snapshot, name):
+    # A preemption is a reconfiguration to nothing (§5.2), so §5.3's rule holds for it: a
+    # running job that fails the rule keeps its GPUs unless a privileged job needs them.
+    plans = PRESETS[name].options.get("policy", {}).get("plans", True)
+    guarantees = PRESETS[name].options.get("policy", {}).get("guarantees", True)
+    curves = {j.id: job_curve(shared_book(), j, snapshot, plans) for j in snapshot.jobs}
+    quotas = {t.name: t.gpu_quota for t in TENANTS}
+    if guarantees and privileged(snapshot.jobs, quotas, rubick_usage(curves)):
+        return
+    plan = plan_round(snapshot, schedulers(name))
+    for job in snapshot.jobs:
+        if not job.is_running or not job.preemptible or may_reconfigure(job, RESTART_S):
+            continue
+        assert job.assignment is not None
+        new = plan.assignments.get(job.id)
+        assert job.id not in plan.preempted and new is not None, job.id
+        assert set(job.assignment.gpus) <= set(new.gpus), (job.id, job.assignment, new)
+
+
+def test_a_best_effort_job_is_stopped_for_a_higher_slope_one_once_its_restart_pays():
+    # Job 0 (1 GPU, rigid) holds the only GPU; job 1 (1 GPU, waiting) ranks above it (the
+    # same slope, an earlier arrival). At 600 s of training a 30 s restart is 5 % of it: job 0
+    # keeps its GPU; at 2,000 s (1.5 %) it is preempted for job 1.
+    nodes = (Node("n0", 1, "a800", 12, 200.0),)
+    gpu = Assignment((("n0", 0),), 12, 200.0, None)
+
+    def snapshot(trained_s: float) -> Snapshot:
+        jobs = (
+            Job("0", 1, "bert", 1.0, state=JobState.RUNNING, attained_gpu_s=trained_s, batch_size=32,
+                assignment=gpu),
+            Job("1", 1, "bert", 0.0, batch_size=32),
+        )  # fmt: skip
+        return Snapshot(trained_s + 1.0, nodes, jobs)
+
+    order = [j.id for j in schedulers("rubick").ordering.order(snapshot(2000.0))]
+    assert order == ["1", "0"]
+    assert plan_round(snapshot(600.0), schedulers("rubick")).preempted == ()
+    assert plan_round(snapshot(2000.0), schedulers("rubick")).preempted == ("0",)
+    # The scheduler's restart cost is the rule's δ: at 100 s per restart, 2,000 s is too soon.
+    costly = build_scheduler(replace(PRESETS["rubick"], tenants=TENANTS, restart_cost_s=100.0))
+    assert plan_round(snapshot(2000.0), costly).preempted == ()
+
+
 @settings(max_examples=30, deadline=None)
 @pytest.mark.slow  # a long property/simulation check: CI, not --fast
 @given(st.sampled_from(RUBICK).flatmap(lambda n: st.tuples(snapshots(), st.just(n))))
@@ -430,11 +474,14 @@ def test_a_moved_elastic_job_grows_without_waiting_for_the_restart_rule():
         1600.0,
         {"dp": 8, "micro_batch": 4, "grad_accum": 1, "global_batch": 32},
     )
+    # Job 1 is privileged (tenant a's quota): job 0, whose restart would not pay yet, is
+    # stopped only for a guarantee.
     jobs = (
         Job("0", 1, "bert", 1.0, state=JobState.RUNNING, attained_gpu_s=5000.0, batch_size=32,
             assignment=everything, min_gpus=1, max_gpus=8),
-        Job("1", 1, "bert", 0.0, batch_size=32),
+        Job("1", 1, "bert", 0.0, batch_size=32, tenant="a", guaranteed=True),
     )  # fmt: skip
+    assert not may_reconfigure(jobs[0], RESTART_S)
     snapshot = Snapshot(1000.0, nodes, jobs)
     first = plan_round(snapshot, schedulers("rubick"))
     assert first.assignments["0"].num_gpus == 4

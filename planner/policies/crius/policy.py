@@ -32,15 +32,15 @@ rescaled when the Cell's does not apply) and the GPU-proportional CPUs and memor
 Options: ``depth`` (3), ``scale_counts`` / ``scale_types`` (true; false: the "no count
 scaling" / "no type scaling" ablations of §8.6), ``estimate`` (``agile``, the default: the
 agile estimate of §5.1, as Crius schedules; ``measured``: the measured best-plan table itself,
-which is the simulator's truth, so an oracle for comparison), ``restart_cost_s`` (30, the
-simulator's default checkpoint + relaunch), ``queue`` (``arrival``, Crius's FIFO decision
-queue; ``ordered``: the round's priority order, as ``mosaic`` runs it, so that the stage
-follows the order the ordering stage owns), ``deadlines`` (false; true is ``crius-ddl``,
-:mod:`.deadline`) and ``scale``: ``[low, high]`` makes every job that gives no
-``min_gpus``/``max_gpus`` and no ``gpu_types`` accept ``ceil(low N)`` to ``floor(high N)``
-GPUs of any of the cluster's types, where the Cell model knows it (the jobs Crius is
-evaluated with: "half or double their GPUs on any type", §6.1), through
-:meth:`CriusAllocation.demand`.
+which is the simulator's truth, so an oracle for comparison), ``restart_cost_s`` (the
+scheduler's, else 30: the simulator's default checkpoint + relaunch), ``queue``
+(``arrival``, Crius's FIFO decision queue; ``ordered``: the round's priority order, as
+``mosaic`` runs it, so that the stage follows the order the ordering stage owns),
+``deadlines`` (false; true is ``crius-ddl``, :mod:`.deadline`) and ``scale``: ``[low,
+high]`` makes every job that gives no ``min_gpus``/``max_gpus`` and no ``gpu_types`` accept
+``ceil(low N)`` to ``floor(high N)`` GPUs of any of the cluster's types, where the Cell model
+knows it (the jobs Crius is evaluated with: "half or double their GPUs on any type", §6.1),
+through :meth:`CriusAllocation.demand`.
 
 Re-planning an applied plan changes nothing: a job placed last round is running now and is
 not decided again; a job that waited finds the same idle GPUs plus those of the jobs that
@@ -70,7 +70,7 @@ from planner.policies.crius.deadline import DeadlineRule
 from planner.policies.crius.search import Limits, Pricing, Shape, World, best_choice, upgrade
 from planner.policies.placement import ConsolidatedPlacement
 from planner.policies.shaping import proportional_share
-from planner.registry import StageContext
+from planner.registry import DEFAULT_RESTART_COST_S, StageContext
 from planner.stages import RECONFIGURATIONS, Draft
 from planner.validate import plan_layout_problem
 
@@ -111,7 +111,7 @@ class CriusAllocation:
 
     cells: CellModel = field(repr=False)
     limits: Limits = field(default_factory=Limits)
-    restart_cost_s: float = 30.0
+    restart_cost_s: float = DEFAULT_RESTART_COST_S
     deadlines: bool = False
     scale: tuple[float, float] | None = None
     queue: str = "arrival"
@@ -150,7 +150,7 @@ class CriusAllocation:
                 f.flag("scale_counts", True),
                 f.flag("scale_types", True),
             ),
-            30.0 if cost is None else cost,
+            context.restart_cost_s if cost is None else cost,
             f.flag("deadlines", False),
             scale,
             choice(f, "queue", QUEUES, "arrival"),

@@ -21,7 +21,7 @@ estimates it from what a real cluster knows, and a round is the same whatever th
 *settled* when a restart would not pay by Rubick's rule (§5.3, "Incorporating reconfiguration
 penalty": ``(T - N·δ) / T`` must exceed 0.97, ``T`` its training time so far, ``N`` its
 restarts counting the new one, ``δ`` the restart cost,
-:func:`planner.policies.rubick.allocation.may_reconfigure`), or when it has been restarted
+:func:`planner.policies.rubick.policy.may_reconfigure`), or when it has been restarted
 ``max_restarts`` times. So restarts cost a job at most 3 % of its run time, a job that has just
 (re)started is not stopped again at once, and a short job runs to its end.
 """
@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from planner.core.model import Job, Snapshot
-from planner.policies.rubick.allocation import THRESHOLD, may_reconfigure
+from planner.policies.rubick.policy import THRESHOLD, may_reconfigure
 
 DEFAULT_MAX_RESTARTS = 8
 DEFAULT_RESTART_COST_S = 30.0  # the simulator's default checkpoint + relaunch

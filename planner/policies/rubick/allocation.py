@@ -64,30 +64,22 @@ from planner.core.model import Assignment, GpuSlot, Job, Node, Outcome, Snapshot
 from planner.policies.common import options_reader
 from planner.policies.elastic import keeps_its_gpus
 from planner.policies.rubick.curves import CurveBook, JobCurve, Point, Shape, even_nodes, job_curve, layout
-from planner.policies.rubick.policy import book_for, neutral_slope, privileged, quotas_of, rubick_usage
+from planner.policies.rubick.policy import (
+    THRESHOLD,
+    book_for,
+    may_reconfigure,
+    neutral_slope,
+    privileged,
+    quotas_of,
+    rubick_usage,
+)
 from planner.policies.shaping import proportional_share
-from planner.registry import StageContext
+from planner.registry import DEFAULT_RESTART_COST_S, StageContext
 from planner.slots import FreeSlots, consolidated_slots
 from planner.stages import RECONFIGURATIONS, Draft
 
 _NEVER = frozenset({Outcome.INFEASIBLE, Outcome.NO_GPU_TYPE})
-THRESHOLD = 0.97  # §5.3
 _CPU_FACTORS = (1, 2, 4)
-
-
-def may_reconfigure(job: Job, restart_cost_s: float, threshold: float = THRESHOLD) -> bool:
-    """Rubick §5.3's rule for a running job: ``(T - N·δ) / T > threshold``.
-
-    ``T`` is the job's training time so far (its attained GPU-seconds over its GPUs), ``N`` its
-    restarts counting the one this reconfiguration would add. A job that is not running costs
-    nothing to (re)configure.
-    """
-    if not job.is_running or job.assignment is None:
-        return True
-    trained = job.attained_gpu_s / max(1, job.assignment.num_gpus)
-    if trained <= 0:
-        return False
-    return (trained - (job.restarts + 1) * restart_cost_s) / trained > threshold
 
 
 class _Free(FreeSlots):
@@ -102,7 +94,8 @@ class _Free(FreeSlots):
 @dataclass(frozen=True)
 class RubickAllocation:
     """Options: ``plans`` (true), ``resources`` (true), ``cpus`` (true: CPUs beyond the GPU share),
-    ``guarantees`` (true), ``min_gain`` (0.05), ``restart_cost_s`` (δ, 30), ``threshold`` (0.97)."""
+    ``guarantees`` (true), ``min_gain`` (0.05), ``restart_cost_s`` (δ; the scheduler's, 30 unless
+    set), ``threshold`` (0.97)."""
 
     book: CurveBook = field(repr=False)
     quotas: Mapping[str, int] = field(default_factory=dict)
@@ -111,7 +104,7 @@ class RubickAllocation:
     cpus: bool = True
     guarantees: bool = True
     min_gain: float = 0.05
-    restart_cost_s: float = 30.0
+    restart_cost_s: float = DEFAULT_RESTART_COST_S
     threshold: float = THRESHOLD
     preemptive: bool = True  # the scheduler's (stage context): False, no running job gives up GPUs
 
@@ -136,7 +129,7 @@ class RubickAllocation:
             f.flag("cpus", True),
             f.flag("guarantees", True),
             0.05 if gain is None else gain,
-            30.0 if cost is None else cost,
+            context.restart_cost_s if cost is None else cost,
             THRESHOLD if threshold is None else threshold,
             context.preemptive,
         )

@@ -11,7 +11,15 @@ the privileged ones.
 The ``rubick`` ordering expresses that order for the pipeline; the placement then admits jobs
 in it, preempting the lowest-ranked running jobs first (best-effort ones: privileged jobs rank
 above every other job), and the ``rubick`` reconfiguration stage (:mod:`.allocation`) does the
-slope-driven shrinking, growing and plan choice. A job's slope is taken at the GPU count it
+slope-driven shrinking, growing and plan choice.
+
+A preemption is a reconfiguration too ("shrinking a job to 0 results in a preemption", §5.2),
+so §5.3's penalty rule holds for it: a running best-effort job is preempted for another
+best-effort job only if ``(T - N·δ) / T`` exceeds 0.97 (:func:`may_reconfigure`). The ordering
+ranks every running best-effort job that fails the rule right after the privileged jobs,
+ahead of the starving ones, so only a guarantee stops it. Without the rule, a job preempted
+while still paying its restart (δ = 260 s in Rubick's artifact) was preempted again at each
+resume by the next higher-slope arrival and hardly progressed. A job's slope is taken at the GPU count it
 asked for (the gain of its last requested GPU), so the order does not depend on what a job
 happens to hold and re-planning an applied plan changes nothing.
 
@@ -33,13 +41,14 @@ from typing import Any, ClassVar, Self
 from planner.core.model import Job, Snapshot
 from planner.policies.common import arrival_key, options_reader
 from planner.policies.rubick.curves import CurveBook, JobCurve, Shape, job_curve, layout
-from planner.registry import StageContext
+from planner.registry import DEFAULT_RESTART_COST_S, StageContext
 from planner.stages import ORDERINGS
 from profiles.plan_correction import PlanTime, corrected, plan_times
 from profiles.plan_pricing import builtin_pricer
 from profiles.store import ProfileStore
 
 DEFAULT_STARVATION_S = 3600.0
+THRESHOLD = 0.97  # §5.3
 SLOPE_DIGITS = 9
 """Decimal places the ordering compares slopes (normalised throughput per GPU or CPU, ~0-2) to."""
 # ``policy_state`` key: the job was privileged (within its tenant's quota) when last planned.
@@ -66,6 +75,21 @@ def book_for(profiles: ProfileStore) -> CurveBook:
 def _corrected_book(times: tuple[PlanTime, ...]) -> CurveBook:
     """One memo per set of observations: a controller re-plans many rounds between new ones."""
     return CurveBook(lambda: corrected(builtin_pricer(), times))
+
+
+def may_reconfigure(job: Job, restart_cost_s: float, threshold: float = THRESHOLD) -> bool:
+    """Rubick §5.3's rule for a running job: ``(T - N·δ) / T > threshold``.
+
+    ``T`` is the job's training time so far (its attained GPU-seconds over its GPUs), ``N`` its
+    restarts counting the one this reconfiguration would add. A job that is not running costs
+    nothing to (re)configure.
+    """
+    if not job.is_running or job.assignment is None:
+        return True
+    trained = job.attained_gpu_s / max(1, job.assignment.num_gpus)
+    if trained <= 0:
+        return False
+    return (trained - (job.restarts + 1) * restart_cost_s) / trained > threshold
 
 
 def quotas_of(context: StageContext) -> Mapping[str, int]:
@@ -161,7 +185,9 @@ def neutral_slope(job: Job) -> float:
 @dataclass(frozen=True)
 class RubickOrdering:
     """Options: ``starvation_s`` (3600), ``plans`` (true: slopes with plan search), ``guarantees``
-    (true: privileged guaranteed jobs first; false: every job is best-effort, as in Sia)."""
+    (true: privileged guaranteed jobs first; false: every job is best-effort, as in Sia),
+    ``restart_cost_s`` (δ of the penalty rule; the scheduler's, 30 unless set) and
+    ``threshold`` (0.97; 0 only asks that a job's training so far exceed its restarts)."""
 
     preemptive_by_default: ClassVar[bool] = True
     book: CurveBook = field(repr=False)
@@ -169,19 +195,28 @@ class RubickOrdering:
     starvation_s: float = DEFAULT_STARVATION_S
     plans: bool = True
     guarantees: bool = True
+    restart_cost_s: float = DEFAULT_RESTART_COST_S
+    threshold: float = THRESHOLD
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
-        f = options_reader(options, "rubick ordering", ["starvation_s", "plans", "guarantees"])
+        keys = ["starvation_s", "plans", "guarantees", "restart_cost_s", "threshold"]
+        f = options_reader(options, "rubick ordering", keys)
         starvation = f.opt_float("starvation_s")
         if starvation is not None and starvation < 0:
             f.fail_key("starvation_s", f"must be >= 0, got {starvation}")
+        cost = f.opt_float("restart_cost_s", minimum=0.0)
+        threshold = f.opt_float("threshold")
+        if threshold is not None and not 0 <= threshold < 1:
+            f.fail_key("threshold", f"must be in [0, 1), got {threshold}")
         return cls(
             book_for(context.profiles),
             quotas_of(context),
             DEFAULT_STARVATION_S if starvation is None else starvation,
             f.flag("plans", True),
             f.flag("guarantees", True),
+            context.restart_cost_s if cost is None else cost,
+            THRESHOLD if threshold is None else threshold,
         )
 
     def order(self, snapshot: Snapshot) -> Sequence[Job]:
@@ -199,7 +234,8 @@ class RubickOrdering:
             ),
             key=arrival_key,
         )
-        early = chosen | {j.id for j in starving}
+        settled = {j.id for j in snapshot.jobs if j.id not in chosen and self.settled(j)}
+        early = chosen | {j.id for j in starving} | settled
 
         def slope_key(job: Job) -> tuple[float, float, tuple[float, tuple[int, int, str]]]:
             curve = curves[job.id]
@@ -212,8 +248,18 @@ class RubickOrdering:
             cpu = round(curve.cpu_slope(job.num_gpus), SLOPE_DIGITS)
             return (-gpu, -cpu, arrival_key(job))
 
+        stay = sorted((j for j in snapshot.jobs if j.id in settled), key=slope_key)
         rest = sorted((j for j in snapshot.jobs if j.id not in early), key=slope_key)
-        return with_privilege(first + starving + rest, chosen)
+        return with_privilege(first + stay + starving + rest, chosen)
+
+    def settled(self, job: Job) -> bool:
+        """A running job whose preemption §5.3's penalty rule forbids (module docstring); one
+        that is not ``preemptible`` keeps its GPUs anyway."""
+        return (
+            job.is_running
+            and job.preemptible
+            and not may_reconfigure(job, self.restart_cost_s, self.threshold)
+        )
 
 
 @ORDERINGS.register("antman")

@@ -41,8 +41,8 @@ def run(
     config = SimConfig(round_s=60.0, checkpoint_s=0.0, relaunch_s=260.0, launch_s=launch_s)
     started = time.perf_counter()
     scheduler = PRESETS[preset]
-    if policy_restart_s is not None:  # Rubick's δ told the simulator's restart cost
-        scheduler = replace(scheduler, options={"reconfiguration": {"restart_cost_s": policy_restart_s}})
+    if policy_restart_s is not None:  # Rubick's δ (ordering and allocation) = the simulator's restart
+        scheduler = replace(scheduler, restart_cost_s=policy_restart_s)
     if preemptive is not None:  # the artifact's Morphling keeps running jobs where they are
         scheduler = replace(scheduler, preemptive=preemptive)
     result = simulate(nodes, trace, build_scheduler(scheduler, profiles), config, profiles=profiles)

@@ -370,6 +370,7 @@ def simulate_rubick(
     launch_s: float,
     preemptive: bool | None,
     tables: Mapping[str, ArtifactTable] | None,
+    restart_cost_s: float | None = None,
 ) -> tuple[Recorder, dict[str, Any]]:
     nodes = tuple(cluster_from_toml(CLUSTER.read_text()))
     profiles = ProfileStore.builtin()
@@ -377,6 +378,8 @@ def simulate_rubick(
     scheduler = PRESETS["rubick"]
     if preemptive is not None:
         scheduler = replace(scheduler, preemptive=preemptive)
+    if restart_cost_s is not None:  # Rubick's δ: what a restart costs in the simulation
+        scheduler = replace(scheduler, restart_cost_s=restart_cost_s)
     started = time.perf_counter()
     sim = Recorder(
         nodes, trace, build_scheduler(scheduler, profiles), config, profiles=profiles, tables=tables
@@ -390,6 +393,7 @@ def simulate_rubick(
     return sim, {
         "launch_s": launch_s,
         "preemptive": preemptive,
+        "restart_cost_s": restart_cost_s,
         "truth": "mosaic" if tables is None else "artifact",
         "avg_jct_h": s["avg_jct_s"] / 3600.0,
         "restarts": s["restarts"],
@@ -520,10 +524,15 @@ def main() -> None:
         print(model, {k: v for k, v in summary.items()}, flush=True)
 
     runs = []
-    for launch_s, preemptive in ((260.0, None), (260.0, False), (0.0, None)):
-        sim, mosaic_row = simulate_rubick(trace, launch_s, preemptive, None)
+    for launch_s, preemptive, cost in (
+        (260.0, None, 260.0),
+        (260.0, None, None),
+        (260.0, False, None),
+        (0.0, None, None),
+    ):
+        sim, mosaic_row = simulate_rubick(trace, launch_s, preemptive, None, cost)
         w = weighted(sim, measured, tables)
-        _, artifact_row = simulate_rubick(trace, launch_s, preemptive, tables)
+        _, artifact_row = simulate_rubick(trace, launch_s, preemptive, tables, cost)
         summary = {k: v for k, v in w.items() if k != "configs"}
         print(mosaic_row, artifact_row, summary, flush=True)
         runs.append({"mosaic_truth": mosaic_row, "artifact_truth": artifact_row, "weighted": w})

@@ -39,19 +39,37 @@ one). A job advances ``dt * speed`` seconds of that work in ``dt`` seconds, wher
 * gradient accumulation in the plan (``micro_batch`` x ``grad_accum``): the
   update takes longer by the fitted iteration-time model's ratio (SJF-BSBF Eq. 7,
   :mod:`profiles.iteration`).
+
+The *truth* (``truth``, :data:`TRUTHS`; ``SimConfig.truth``, ``mosaic sim --truth``) chooses
+what prices Rubick's seven models where the measurements above apply: ``measured`` (the
+default) is Mosaic's lookup; ``rubick-artifact`` is the Rubick artifact simulator's own rule
+(:mod:`profiles.perfmodel.rubick_artifact`): the job runs its iterations (the trace row's
+``duration_s`` over its ``iterations``) at the artifact's time per iteration for its
+placement, in node order, and plan, so its speed is the trace's time per iteration over the
+artifact's; where the artifact answers NaN (outside its interpolation: its job would fail),
+or the row gives no ``iterations``, Mosaic's truth is kept. It puts Mosaic's policies and the
+artifact's on one truth; every other model, and every other factor, is unchanged.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
-from planner.core.errors import SimulationError
+from planner.core.errors import ConfigError, SimulationError
+from planner.core.execplan import PlanError, plan_from_mapping, resolve
 from planner.core.model import Assignment, Node
 from planner.policies.shaping import proportional_share
 from planner.traces.records import TraceJob
 from profiles.interference import PairInterference, Sharer
 from profiles.iteration import IterationModels, accumulation_of
 from profiles.perfmodel.crius import builtin_crius
+from profiles.perfmodel.rubick_artifact import (
+    ArtifactTable,
+    artifact_label,
+    artifact_time,
+    builtin_artifact_tables,
+)
 from profiles.perfmodel.rubick_measured import GPU_TYPE, RubickMeasured, builtin_rubick_measured
 from profiles.perfmodel.table import IterationTimeModel
 from profiles.scaling import ScalingModel
@@ -60,6 +78,15 @@ from profiles.speed import cpu_mem_factor, gpu_type_factor, measured_factor, tab
 from profiles.store import ProfileStore
 
 Partner = tuple[TraceJob, Assignment]
+TRUTHS = ("measured", "rubick-artifact")
+"""The truths a simulation can price Rubick's models by (module docstring); the first is the default."""
+
+
+def check_truth(truth: str) -> str:
+    """``truth`` if it is one of :data:`TRUTHS`, else a :class:`ConfigError` naming them."""
+    if truth not in TRUTHS:
+        raise ConfigError(f"truth must be one of {', '.join(TRUTHS)}, got {truth!r}")
+    return truth
 
 
 class SpeedModel:
@@ -73,8 +100,17 @@ class SpeedModel:
         reference_share: tuple[float, float] | None = None,
         times: IterationTimeModel | None = None,
         measured: RubickMeasured | None = None,
+        truth: str = TRUTHS[0],
+        artifact: Mapping[str, ArtifactTable] | None = None,
     ) -> None:
+        """``truth``: :data:`TRUTHS` (module docstring); ``artifact``: the Rubick artifact's
+        tables by model for ``rubick-artifact`` (default: the bundled ones,
+        :func:`~profiles.perfmodel.rubick_artifact.builtin_artifact_tables`)."""
         self.profiles = profiles
+        self.truth = check_truth(truth)
+        self.artifact: Mapping[str, ArtifactTable] = (
+            {} if truth != "rubick-artifact" else builtin_artifact_tables() if artifact is None else artifact
+        )
         self.times: IterationTimeModel = builtin_crius() if times is None else times
         self.measured = builtin_rubick_measured() if measured is None else measured
         self.nodes = nodes
@@ -157,10 +193,11 @@ class SpeedModel:
         return factor
 
     def _measured_factor(self, job: TraceJob, types: Sequence[str], assignment: Assignment) -> float | None:
-        """Rubick's A800 measurements for one of its models on A800s only, else ``None``."""
+        """Rubick's A800 measurements for one of its models on A800s only, else ``None``; the
+        artifact's rule instead where the truth is ``rubick-artifact`` and it answers."""
         if [t.lower() for t in types] != [GPU_TYPE] or (job.gpu_type or GPU_TYPE).lower() != GPU_TYPE:
             return None
-        return measured_factor(
+        mine = measured_factor(
             self.measured,
             model=job.model,
             batch_size=job.batch_size,
@@ -170,6 +207,29 @@ class SpeedModel:
             plan=job.plan if assignment.plan is None else assignment.plan,
             cpus_per_gpu=assignment.cpus / assignment.num_gpus,
         )
+        if mine is None or job.model not in self.artifact or not job.iterations:
+            return mine
+        theirs = self.artifact_time_s(job, assignment)
+        return mine if theirs is None else job.duration_s / job.iterations / theirs
+
+    def artifact_time_s(self, job: TraceJob, assignment: Assignment) -> float | None:
+        """The Rubick artifact's seconds per iteration of ``job`` under ``assignment`` (its
+        placement in node order, its plan or else the submitted one), ``None`` where the
+        artifact has no time (NaN), the plan does not resolve, or the truth's tables do not
+        have the model."""
+        table = self.artifact.get(job.model)
+        if table is None:
+            return None
+        try:
+            plan = resolve(
+                plan_from_mapping(job.plan if assignment.plan is None else assignment.plan),
+                assignment.num_gpus,
+                job.batch_size,
+            )
+        except PlanError:
+            return None
+        theirs, _ = artifact_time(table, [count for _, count in assignment.per_node], artifact_label(plan))
+        return theirs if math.isfinite(theirs) else None
 
     def _table_factor(
         self,

@@ -24,6 +24,7 @@ from planner.stages import (
     Placement,
     Reconfiguration,
     Shaping,
+    Wakeups,
 )
 
 Clock = Callable[[], float]
@@ -73,6 +74,17 @@ class Scheduler:
     def _hold_back_stage(self) -> HoldBack | None:
         stage = self.reconfiguration
         return stage if isinstance(stage, HoldBack) else None
+
+    def next_wakeup_s(self, time_s: float) -> float | None:
+        """The first time after ``time_s`` at which its placement plans differently
+        (:class:`~planner.stages.Wakeups`), or None: the simulator plans then too."""
+        stage = self._wakeups_stage
+        return stage.next_wakeup_s(time_s) if stage is not None else None
+
+    @cached_property
+    def _wakeups_stage(self) -> Wakeups | None:
+        stage = self.placement
+        return stage if isinstance(stage, Wakeups) else None
 
     @cached_property
     def _demand_stage(self) -> Demand | None:

@@ -4,7 +4,8 @@ A round runs these stages in order; each is a small protocol with one method and
 contract. Stages never mutate their inputs: each returns a new :class:`Draft`.
 
 1. :class:`Ordering`        - priority order of the snapshot's jobs;
-2. :class:`Placement`       - admission and GPU placement without sharing;
+2. :class:`Placement`       - admission and GPU placement without sharing (it may name the
+                               times at which it plans differently, :class:`Wakeups`);
 3. :class:`Packing`         - pending jobs onto placed jobs' GPUs (optional);
 4. :class:`Shaping`         - CPUs and memory of each placed job;
 5. :class:`Reconfiguration` - joint allocation: GPUs, CPUs, memory and plan of elastic jobs
@@ -160,6 +161,20 @@ class HoldBack(Protocol):
     """
 
     def hold_back(self, snapshot: Snapshot, ordered: Sequence[Job]) -> Mapping[str, Outcome]: ...
+
+
+@runtime_checkable
+class Wakeups(Protocol):
+    """Optional, for a placement stage: times at which it plans differently.
+
+    ``next_wakeup_s(time_s)`` is the first time after ``time_s`` at which a round may be
+    planned differently from one at ``time_s`` on the same cluster and queue (the
+    ``consolidated`` placement's ``backfill_interval_s``: its next backfill time), or None
+    when there is none. The simulator plans at those times too
+    (:meth:`planner.pipeline.Scheduler.next_wakeup_s`). Deterministic.
+    """
+
+    def next_wakeup_s(self, time_s: float) -> float | None: ...
 
 
 class Migration(Protocol):

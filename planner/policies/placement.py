@@ -2,7 +2,8 @@
 
 Tesserae's placement step (§3, Listing 1 lines 5-12): walk the jobs in priority order
 and place each one that fits, without GPU sharing; a job that does not fit waits and
-the walk goes on (backfilling), unless ``backfill`` is off. A job whose GPUs fit on one
+the walk goes on (backfilling), unless ``backfill`` is off (or, with
+``backfill_interval_s``, the round is not at one of its backfill times). A job whose GPUs fit on one
 node is only ever placed on one node (best fit: the node with the fewest free GPUs
 that still fits, to keep large holes for large jobs); a job larger than any node spans
 the fewest nodes that can hold it. Gandiva and Tiresias motivate consolidation: a
@@ -28,6 +29,7 @@ only a search takes GPUs). Outcomes are exactly those of the full search.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
@@ -37,6 +39,8 @@ from planner.policies.common import options_reader
 from planner.registry import StageContext
 from planner.stages import PLACEMENTS, Draft
 
+_ON_TIME_S = 1e-6
+"""How far from a backfill time (``backfill_interval_s``) a round still counts as on it."""
 _OPEN = 1 << 30  # holder rank of a GPU no running job is waiting to keep
 _Candidate = tuple[tuple[int, int, int, int], list[tuple[int, int]]]
 """A node's best ``g`` GPUs to displace running jobs from: (sort key, board coordinates)."""
@@ -316,11 +320,21 @@ class ConsolidatedPlacement:
     cannot fit; ``sticky`` (default true) keeps running jobs on their GPUs when they
     are still free at their turn; ``reserve`` (default true) keeps higher-priority jobs
     off those GPUs while others are free (false: Gavel's plain rule).
+
+    ``backfill_interval_s`` (default none: at every planning point) backfills only at the
+    planning points whose time (the snapshot's ``time_s``) is ``backfill_offset_s`` (default
+    0) plus a multiple of it; the others walk the queue without backfill, stopping at the
+    first job that does not fit. That is Slurm's ``sched/backfill``: an event-driven main
+    scheduler that does not backfill, and a backfill pass every ``bf_interval`` (30 s by
+    default). The simulator plans at those times too (:meth:`next_wakeup_s`); the live
+    controller does not, so there its rounds backfill only when one falls on such a time.
     """
 
     backfill: bool = True
     sticky: bool = True
     reserve: bool = True
+    backfill_interval_s: float | None = None
+    backfill_offset_s: float = 0.0
     # job id -> (assignment, board coordinates of its GPUs) for the last round's running
     # jobs, valid for the node tuple in _memo_nodes: reused while a job holds the very
     # same assignment object on the very same nodes.
@@ -332,10 +346,49 @@ class ConsolidatedPlacement:
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
-        f = options_reader(options, "consolidated placement", ["backfill", "sticky", "reserve"])
-        return cls(
-            backfill=f.flag("backfill", True), sticky=f.flag("sticky", True), reserve=f.flag("reserve", True)
+        f = options_reader(
+            options,
+            "consolidated placement",
+            ["backfill", "sticky", "reserve", "backfill_interval_s", "backfill_offset_s"],
         )
+        backfill = f.flag("backfill", True)
+        interval = f.opt_float("backfill_interval_s")
+        if interval is not None and not interval > 0:
+            f.fail_key("backfill_interval_s", f"expected a number of seconds > 0, got {interval:g}")
+        if interval is not None and not backfill:
+            f.fail_key("backfill_interval_s", "backfills every so many seconds, but backfill is false")
+        offset = f.opt_float("backfill_offset_s", minimum=0.0)
+        if offset is not None and interval is None:
+            f.fail_key("backfill_offset_s", "needs backfill_interval_s")
+        if offset is not None and interval is not None and offset >= interval:
+            f.fail_key(
+                "backfill_offset_s",
+                f"expected a number below backfill_interval_s ({interval:g}), got {offset:g}",
+            )
+        return cls(
+            backfill=backfill,
+            sticky=f.flag("sticky", True),
+            reserve=f.flag("reserve", True),
+            backfill_interval_s=interval,
+            backfill_offset_s=offset or 0.0,
+        )
+
+    def backfills_at(self, time_s: float) -> bool:
+        """Whether a round planned at ``time_s`` backfills (see the class docstring)."""
+        interval = self.backfill_interval_s
+        if not self.backfill or interval is None:
+            return self.backfill
+        phase = (time_s - self.backfill_offset_s) % interval
+        return phase <= _ON_TIME_S or interval - phase <= _ON_TIME_S
+
+    def next_wakeup_s(self, time_s: float) -> float | None:
+        """The first time after ``time_s`` at which a round backfills where one at ``time_s``
+        would not: the next backfill time (None without ``backfill_interval_s``)."""
+        interval = self.backfill_interval_s
+        if interval is None:
+            return None
+        k = math.floor((time_s - self.backfill_offset_s + _ON_TIME_S) / interval) + 1
+        return self.backfill_offset_s + k * interval
 
     def place(self, snapshot: Snapshot, ordered: Sequence[Job]) -> Draft:
         board = _Board(snapshot.nodes)
@@ -361,6 +414,7 @@ class ConsolidatedPlacement:
         assignments: dict[str, Assignment] = {}
         outcomes: dict[str, Outcome] = {}
         blocked = False
+        backfill = self.backfill if self.backfill_interval_s is None else self.backfills_at(snapshot.time_s)
         failed = board.failed  # cleared in place
         kept, infeasible = Outcome.KEPT, Outcome.INFEASIBLE
         for job in ordered:
@@ -401,7 +455,7 @@ class ConsolidatedPlacement:
                 known = failed.get((job.num_gpus, job.gpu_types, job.gpu_type))
                 if known is not None:
                     outcomes[job.id] = known
-                    if known is not infeasible and not self.backfill:
+                    if known is not infeasible and not backfill:
                         blocked = True
                     continue
             outcome, slots = self._find(board, job)
@@ -409,7 +463,7 @@ class ConsolidatedPlacement:
             if slots is not None:
                 plan = job.assignment.plan if job.assignment is not None else job.plan
                 assignments[job.id] = Assignment(gpus=slots, cpus=0, mem_gb=0.0, plan=plan)
-            elif not self.backfill and outcome is not Outcome.INFEASIBLE:
+            elif not backfill and outcome is not Outcome.INFEASIBLE:
                 blocked = True
         return Draft(assignments=assignments, outcomes=outcomes)
 

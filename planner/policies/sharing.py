@@ -627,6 +627,9 @@ class SharedConsolidatedPlacement:
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
         return cls(ConsolidatedPlacement.from_options(options, context))
 
+    def next_wakeup_s(self, time_s: float) -> float | None:
+        return self.inner.next_wakeup_s(time_s)
+
     def place(self, snapshot: Snapshot, ordered: Sequence[Job]) -> Draft:
         guests = _guests(ordered)
         if not guests:

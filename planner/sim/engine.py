@@ -1,7 +1,9 @@
 """The trace-driven simulator: the live controller's loop with a simulated clock.
 
 Every ``round_s`` seconds (and, with ``trigger="event"``, also at every arrival and
-completion) the simulator builds a :class:`Snapshot` of the simulated cluster, calls
+completion; and, under either trigger, at the times the scheduler asks for,
+:meth:`~planner.pipeline.Scheduler.next_wakeup_s`: a placement's backfill interval) the
+simulator builds a :class:`Snapshot` of the simulated cluster, calls
 the very same :func:`planner.plan_round` the controller calls, checks the plan's
 invariants, and applies it:
 
@@ -322,6 +324,7 @@ class Simulator:
         horizon = math.inf if cfg.horizon_s is None else start + cfg.horizon_s
         t = start
         next_arrival = 0
+        wake_at: float | None = None  # the scheduler's wakeup (Scheduler.next_wakeup_s) planned for
         while True:
             next_arrival = self._admit(t, next_arrival)
             upcoming = (
@@ -340,13 +343,22 @@ class Simulator:
                 self.on_round(t, plan)
             self._apply(plan, t)
             running = len(self._running_jobs())
-            if running == 0 and math.isinf(upcoming):
-                log.warning(
-                    "t=%.0fs: %d job(s) can never start on this cluster; stopping", t, len(self.active)
-                )
-                break
-            if running == 0:  # nothing changes until the next arrival
-                t = self._next_planning_point(start, t, upcoming)
+            # A scheduler that plans differently at some times (a backfill interval) is asked
+            # again then, under either trigger.
+            woke = wake_at is not None and abs(t - wake_at) <= _EPS
+            wake_at = self.scheduler.next_wakeup_s(t)
+            if running == 0:
+                # Nothing changes until the next arrival, or the scheduler's next wakeup
+                # unless this round was one: the ones after it would plan the same.
+                t_next = math.inf if math.isinf(upcoming) else self._next_planning_point(start, t, upcoming)
+                if wake_at is not None and not woke:
+                    t_next = min(t_next, wake_at)
+                if math.isinf(t_next):
+                    log.warning(
+                        "t=%.0fs: %d job(s) can never start on this cluster; stopping", t, len(self.active)
+                    )
+                    break
+                t = t_next
                 if t >= horizon:
                     t = horizon
                     break
@@ -354,6 +366,8 @@ class Simulator:
             t_next = t + cfg.round_s
             if cfg.trigger == "event":
                 t_next = min(t_next, upcoming, self._next_completion(t))
+            if wake_at is not None:
+                t_next = min(t_next, wake_at)
             t_next = min(t_next, horizon)
             self._advance(t, t_next)
             t = t_next

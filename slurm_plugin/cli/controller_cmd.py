@@ -166,6 +166,13 @@ def run_controller(args: argparse.Namespace) -> int:
     profiles = load_profile_store(args.profiles)
     scheduler = build_scheduler(sched_config, profiles)
     spool_ready(config.spool_dir)
+    if scheduler.next_wakeup_s(0.0) is not None:
+        log.warning(
+            "scheduler %s backfills only at set times (placement.backfill_interval_s), which mosaic sim "
+            "plans at; the controller plans every %g s, so its rounds backfill only when one falls on one",
+            scheduler.name,
+            config.round_s,
+        )
     if scheduler.max_jobs_per_gpu > 1:
         try:
             log.warning("%s", sharing_notice(scheduler.name, _client(config).nodes(), config.partitions))

@@ -1,8 +1,14 @@
 """Consolidated placement: best fit, fewest nodes, stickiness, displacement order."""
 
+import re
+
+import pytest
+
+from planner.core.errors import ConfigError
 from planner.core.model import Outcome
 from planner.policies.placement import ConsolidatedPlacement
-from tests.builders import make_job, make_node, make_nodes, make_snapshot, running
+from planner.registry import StageContext
+from tests.builders import make_job, make_node, make_nodes, make_snapshot, profiles, running
 
 
 def place(nodes, jobs, **options):
@@ -116,3 +122,33 @@ def test_untyped_job_waits_for_a_node_that_holds_it_rather_than_spanning_smaller
     draft = place(nodes, [make_job("first", 2), make_job("second", 2, submit=1)])
     assert draft.assignments["first"].per_node == (("a1", 2),)
     assert draft.outcomes["second"] is Outcome.NO_CONSOLIDATED_SLOT
+
+
+def test_a_backfill_interval_backfills_only_at_its_times():
+    nodes = make_nodes(1)
+    jobs = [make_job("a", 3), make_job("b", 2, submit=1), make_job("c", 1, submit=2)]
+    placement = ConsolidatedPlacement(backfill_interval_s=30.0, backfill_offset_s=5.0)
+    for t, backfills in ((0.0, False), (5.0, True), (20.0, False), (35.0, True), (65.0 - 1e-9, True)):
+        draft = placement.place(make_snapshot(nodes, jobs, time_s=t), jobs)
+        assert placement.backfills_at(t) is backfills
+        assert set(draft.assignments) == ({"a", "c"} if backfills else {"a"}), t
+        if not backfills:
+            assert draft.outcomes["c"] is Outcome.BLOCKED
+    assert [placement.next_wakeup_s(t) for t in (0.0, 5.0, 34.9, 35.0)] == [5.0, 35.0, 35.0, 65.0]
+    assert ConsolidatedPlacement().next_wakeup_s(0.0) is None
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"backfill_interval_s": 0}, "'backfill_interval_s': expected a number of seconds > 0, got 0"),
+        ({"backfill_interval_s": -30}, "'backfill_interval_s': expected a number of seconds > 0, got -30"),
+        ({"backfill_interval_s": "30"}, "'backfill_interval_s': expected a number"),
+        ({"backfill_interval_s": 30, "backfill": False}, "but backfill is false"),
+        ({"backfill_offset_s": 5}, "'backfill_offset_s': needs backfill_interval_s"),
+        ({"backfill_interval_s": 30, "backfill_offset_s": 30}, "below backfill_interval_s (30)"),
+    ],
+)
+def test_backfill_interval_options_are_validated(options, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ConsolidatedPlacement.from_options(options, StageContext(profiles()))

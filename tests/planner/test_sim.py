@@ -305,3 +305,41 @@ def test_snapshot_entries_rebuilt_slot_by_slot_equal_the_constructors():
         assert [getattr(view, f) for f in Job.__slots__] == [getattr(want, f) for f in Job.__slots__]
         rebuilt += job.validated
     assert rebuilt >= 2 and any(j.assignment is not None for j in sim.active.values())
+
+
+def test_a_backfill_interval_backfills_at_its_times_only_and_the_simulator_plans_then():
+    # Slurm's two passes: an event-driven FIFO that stops at the first job that does not fit,
+    # and a backfill pass every 30 s. a holds 3 of 4 GPUs until 100 s; b (2 GPUs) waits for it;
+    # c (1 GPU) fits from its arrival on, but only a backfill pass may start it past b: at
+    # 30 s, not at its arrival (2 s) or d's (10 s), where the main pass plans.
+    trace = [
+        trace_job("a", 0, 3, 100),
+        trace_job("b", 1, 2, 10),
+        trace_job("c", 2, 1, 10),
+        trace_job("d", 10, 4, 10),
+    ]
+    backfill_30 = scheduler("fifo", options={"placement": {"backfill_interval_s": 30}})
+    result = simulate(ONE_NODE, trace, backfill_30, SimConfig(trigger="event"), profiles=profiles())
+    assert record(result, "c").start_time_s == 30 and record(result, "c").finish_time_s == 40
+    assert record(result, "b").start_time_s == 100 and record(result, "d").start_time_s == 110
+    always = run(trace, trigger="event")  # backfill at every planning point: c at once
+    assert record(always, "c").start_time_s == 2
+    # 6-minute rounds plan at the backfill times too; an offset moves them.
+    rounds = simulate(ONE_NODE, trace, backfill_30, SimConfig(round_s=360), profiles=profiles())
+    assert record(rounds, "c").start_time_s == 30
+    shifted = scheduler("fifo", options={"placement": {"backfill_interval_s": 30, "backfill_offset_s": 28}})
+    result = simulate(ONE_NODE, trace, shifted, SimConfig(trigger="event"), profiles=profiles())
+    assert record(result, "c").start_time_s == 28
+
+
+def test_an_idle_cluster_wakes_for_a_backfill_pass_once():
+    # x asks for a GPU type the cluster lacks: it waits forever, and without backfill y waits
+    # behind it with every GPU free, until the backfill pass at 30 s; then nothing is left
+    # that a pass could start, and the simulation stops.
+    trace = [trace_job("x", 0, 1, 10, gpu_type="h100"), trace_job("y", 1, 1, 10)]
+    backfill_30 = scheduler("fifo", options={"placement": {"backfill_interval_s": 30}})
+    result = simulate(ONE_NODE, trace, backfill_30, SimConfig(trigger="event"), profiles=profiles())
+    assert record(result, "y").start_time_s == 30 and record(result, "x").state == "pending"
+    trace = [trace_job("x", 0, 1, 10, gpu_type="h100")]
+    result = simulate(ONE_NODE, trace, backfill_30, SimConfig(trigger="event"), profiles=profiles())
+    assert result.summary["rounds"] == 2  # at 0 s and at the backfill pass at 30 s

@@ -15,12 +15,14 @@ requeued while it runs, one that fails, and one cancelled while pending (held by
 schedules itself (``other``): priority/basic (FIFO by submission), sched/backfill.
 
 Each replay runs ``mosaic sim --scheduler fifo`` on the trace and the cluster file with one
-of :data:`REPLAYS` (trigger, round length, backfill), and the event-driven ones again with
-Slurm's start latency (:func:`start_latency`) as ``--launch-s``; :data:`PRIMARY` models
-Slurm's main scheduler (why: BENCHMARKS.md, "Replay fidelity"). A job's sacct JCT is its last ``End``
-minus its first ``Submit`` (a requeued job's runs together, as ``from-sacct`` writes its
-submit time); the replay's is ``finish_time_s - submit_time_s`` of jobs.csv. slurmctld's log
-says which of Slurm's passes (main or backfill) started each job.
+of :data:`REPLAYS` (trigger, round length, backfill) or :data:`BACKFILL_PASS` (backfill every
+``bf_interval`` only), and the event-driven ones again with Slurm's start latency
+(:func:`start_latency`) as ``--launch-s``; :data:`PRIMARY` models both of Slurm's passes, its
+backfill pass at the phase sacct shows (why: BENCHMARKS.md, "Replay fidelity"). A job's sacct
+JCT is its last ``End`` minus its first ``Submit`` (a requeued job's runs together, as
+``from-sacct`` writes its submit time); the replay's is ``finish_time_s - submit_time_s`` of
+jobs.csv. slurmctld's log says which of Slurm's passes (main or backfill) started each job, and
+on which nodes.
 
 Writes ``benchmarks/results/<--result>.json`` and ``docs/img/replay-fidelity.png``: one panel
 per stored result of ``--panels`` (both workloads above), each job's JCT in the
@@ -62,16 +64,46 @@ REPLAYS: dict[str, list[str]] = {
     "fifo-round-1s-nobackfill": ["--round-s", "1", "-o", "placement.backfill=false"],
     "fifo-round-360s": [],  # the preset's defaults: 6-minute rounds, backfill
 }
+BACKFILL_PASS = "fifo-event-bf"
+"""The replay that models both of Slurm's passes: the event-driven main scheduler without
+backfill, and its backfill pass every ``bf_interval`` (:func:`bf_interval`) as the placement's
+``backfill_interval_s``; at simulated times that are multiples of it (``BACKFILL_PASS``), and
+at Slurm's own phase as sacct shows it (``BACKFILL_PASS`` + ``-phase``, :func:`backfill_phase`)."""
+PHASE = "-phase"
 LATENCY = "+latency"
 """Suffix of the replays that also charge Slurm's start latency (:func:`start_latency`, measured
 on sacct's own records) as the simulator's cost at a job's first start (``--launch-s``)."""
-WITH_LATENCY = ("fifo-event-nobackfill", "fifo-event")
-PRIMARY = "fifo-event-nobackfill+latency"
+WITH_LATENCY = ("fifo-event-nobackfill", "fifo-event", BACKFILL_PASS)
+PRIMARY = BACKFILL_PASS + PHASE + LATENCY
 SHOWN = {
-    "fifo-event-nobackfill": "no backfill",
     "fifo-event-nobackfill+latency": "no backfill, start latency",
-    "fifo-event+latency": "backfill, start latency",
+    "fifo-event+latency": "backfill at every event, start latency",
+    PRIMARY: "backfill pass every bf_interval, start latency",
 }
+
+
+def bf_interval(settings: dict[str, str]) -> float:
+    """Slurm's ``bf_interval`` (s) from its ``SchedulerParameters`` (default 30)."""
+    m = re.search(r"(?:^|,)bf_interval=(\d+)", settings.get("SchedulerParameters", ""))
+    return float(m.group(1)) if m else 30.0
+
+
+def backfill_phase(
+    records: list[dict[str, str]], started_by: dict[str, str], interval: float
+) -> float | None:
+    """When Slurm's backfill pass runs, as the replay's ``backfill_offset_s``: the median, over the
+    jobs the pass started (slurmctld's log), of their sacct ``Start`` less the trace's origin (the
+    first ``Submit``, as ``from-sacct`` writes it), modulo ``interval``; None when the pass started
+    none. The replay's jobs end when sacct's do (``--launch-s`` included), so its cluster at that
+    time is the one Slurm's pass saw."""
+    submits = [float(r["Submit"]) for r in records if r["Submit"].isdigit()]
+    starts = {r["JobID"]: float(r["Start"]) for r in records if r["Start"].isdigit() and r["AllocTRES"]}
+    phases = [
+        (starts[j] - min(submits)) % interval
+        for j, kind in started_by.items()
+        if kind == "backfill" and j in starts
+    ]
+    return float(statistics.median(phases)) if phases else None
 
 
 def start_latency(truth: dict[str, dict[str, float]]) -> float:
@@ -264,6 +296,19 @@ def how_started(log_text: str) -> dict[str, str]:
     return out
 
 
+def allocated_nodes(log_text: str) -> dict[str, str]:
+    """Job id -> the nodes slurmctld first gave it (its log: ``NodeList=`` of the main pass,
+    ``... on <nodes>`` of the backfill pass), to compare with the replay's placement."""
+    out: dict[str, str] = {}
+    for line in log_text.splitlines():
+        m = re.search(r"sched: Allocate JobId=(\S+) NodeList=(\S+)", line)
+        if m is None:
+            m = re.search(r"_start_job: Started JobId=(\S+) in \S+ on (\S+)", line)
+        if m is not None:
+            out.setdefault(re.sub(r"\((\d+)\)$", "", m.group(1)), m.group(2))
+    return out
+
+
 def run_live(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from slurm_plugin.cli.main import main as mosaic
     from slurm_plugin.testcluster import lifecycle
@@ -314,6 +359,7 @@ def run_live(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "live_wall_s": round(live_s, 1),
         "sacct_records": records,
         "started_by": how_started(log_text),
+        "slurm_nodes": allocated_nodes(log_text),
         "trace_csv": trace_path.read_text(),
         "cluster_toml": cluster_path.read_text(),
     }
@@ -483,9 +529,21 @@ def main(argv: list[str] | None = None) -> None:
         truth = sacct_jct(live["sacct_records"])
         kinds = job_kinds(live)
         latency = start_latency(truth)
-        configs = dict(REPLAYS)
+        interval = bf_interval(live["slurm_settings"])
+        phase = backfill_phase(live["sacct_records"], live["started_by"], interval)
+        configs = {
+            **REPLAYS,
+            BACKFILL_PASS: ["--trigger", "event", "-o", f"placement.backfill_interval_s={interval:g}"],
+        }
         for name in WITH_LATENCY:
-            configs[name + LATENCY] = [*REPLAYS[name], "--launch-s", f"{latency:g}"]
+            configs[name + LATENCY] = [*configs[name], "--launch-s", f"{latency:g}"]
+        configs[PRIMARY] = [
+            *configs[BACKFILL_PASS],
+            "-o",
+            f"placement.backfill_offset_s={phase or 0.0:g}",
+            "--launch-s",
+            f"{latency:g}",
+        ]
         replays = {}
         for name, flags in configs.items():
             (work / name).mkdir()
@@ -497,6 +555,8 @@ def main(argv: list[str] | None = None) -> None:
         **live,
         "started_by_count": {k: sum(1 for v in started.values() if v == k) for k in ("main", "backfill")},
         "start_latency_s": latency,
+        "bf_interval_s": interval,
+        "backfill_phase_s": phase,
         "primary": PRIMARY,
         "replays": replays,
     }

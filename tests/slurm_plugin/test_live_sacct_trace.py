@@ -115,13 +115,14 @@ def test_a_sites_history_replays_in_the_simulator(live, tmp_path: Path, capsys: 
 
 def test_a_queue_replays_with_each_jobs_jct(live, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     """Jobs that queue on the partition Slurm schedules itself, replayed by ``mosaic sim
-    --scheduler fifo --trigger event -o placement.backfill=false --launch-s 1`` (Slurm's main
-    scheduler: FIFO at every submission and completion; a job starts a second after it is
-    submitted to free GPUs, or after the job it waited for ended): each job's JCT, queueing
-    included, as sacct recorded it (End - Submit), within 2 s (sacct's times are whole seconds;
-    the first job on a fresh cluster takes 2 s to start; -1 to +1 s measured otherwise). Every
-    job takes a whole node, so Slurm's backfill pass could start nothing its FIFO would not,
-    and placement cannot differ (benchmarks/soak/replay_fidelity.py measures mixed jobs)."""
+    --scheduler fifo --trigger event -o placement.backfill_interval_s=30 --launch-s 1`` (Slurm's
+    main scheduler: FIFO at every submission and completion, and its backfill pass every 30 s;
+    a job starts a second after it is submitted to free GPUs, or after the job it waited for
+    ended): each job's JCT, queueing included, as sacct recorded it (End - Submit), within 2 s
+    (sacct's times are whole seconds; the first job on a fresh cluster takes 2 s to start; -1
+    to +1 s measured otherwise). Every job takes a whole node, so Slurm's backfill pass could
+    start nothing its FIFO would not, and placement cannot differ
+    (benchmarks/soak/replay_fidelity.py measures mixed jobs)."""
     env = live.env
     since = datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
     time.sleep(1)
@@ -152,7 +153,7 @@ def test_a_queue_replays_with_each_jobs_jct(live, tmp_path: Path, capsys: pytest
     assert main(["trace", "from-sacct", *conf, "--since", since, "--out", str(trace_path)]) == 0
     assert main(["cluster", "from-slurm", *conf, "--out", str(cluster_path)]) == 0
     args = ["sim", "--cluster", str(cluster_path), "--trace", str(trace_path), "--scheduler", "fifo"]
-    args += ["--trigger", "event", "-o", "placement.backfill=false", "--launch-s", "1"]
+    args += ["--trigger", "event", "-o", "placement.backfill_interval_s=30", "--launch-s", "1"]
     args += ["--out", str(out), "--no-plot"]
     assert main(args) == 0
     capsys.readouterr()

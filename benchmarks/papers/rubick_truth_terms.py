@@ -7,8 +7,8 @@ scaled at the nearest measured configuration) through :func:`profiles.speed.meas
 (:mod:`planner.sim.progress`). The artifact of the Rubick paper
 (``AlibabaPAI/reconfigurable-dl-scheduler``, commit 80e85248) prices it by
 ``Application.get_throughput`` in ``sched/applications.py`` over
-``simulator/traces/<model>/placements.csv``; :func:`artifact_time` below re-states that
-rule (own code, written from reading theirs).
+``simulator/traces/<model>/placements.csv``; :mod:`profiles.perfmodel.rubick_artifact`
+re-states that rule (own code, written from reading theirs).
 
 This benchmark compares the two per configuration (``ratio``: Mosaic's lookup time over
 the artifact's; they "differ" beyond 0.5 %): every submitted plan of the Base
@@ -16,7 +16,8 @@ workload's jobs at 1-32 GPUs packed 8 to a node, and every measured (plan, place
 the table; then runs Mosaic's simulator with the ``rubick`` preset on Base at the
 artifact's settings (``benchmarks/papers/rubick_truth.py``'s: 60 s rounds, ``launch_s`` and
 ``relaunch_s`` 260) and weights each configuration by the GPU time the running jobs spend
-in it; and reruns the same simulations with the artifact's rule as the truth, which gives
+in it; and reruns the same simulations with the artifact's rule as the truth
+(``SimConfig(truth="rubick-artifact")``, ``mosaic sim --truth rubick-artifact``), which gives
 the effect of this term on the average JCT directly.
 
 Usage: ``.venv/bin/python -m benchmarks.papers.rubick_truth_terms [--artifact-git DIR]``; with
@@ -29,8 +30,6 @@ codes as the artifact writes them for the seven models).
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import math
 import statistics
@@ -45,24 +44,27 @@ from typing import Any
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "planner").is_dir())
 sys.path.insert(0, str(ROOT))
 
-from scipy.interpolate import LinearNDInterpolator  # noqa: E402
-
 from benchmarks.common import write_result  # noqa: E402
 from planner.cluster import cluster_from_toml  # noqa: E402
 from planner.config import PRESETS, build_scheduler  # noqa: E402
 from planner.core.execplan import ExecPlan, PlanError, plan_from_mapping, resolve  # noqa: E402
-from planner.core.model import Assignment  # noqa: E402
 from planner.sim import SimConfig  # noqa: E402
 from planner.sim.engine import Simulator, _SimJob  # noqa: E402
 from planner.sim.progress import SpeedModel  # noqa: E402
 from planner.traces.csvio import parse_trace  # noqa: E402
 from planner.traces.records import TraceJob  # noqa: E402
+from profiles.perfmodel.rubick_artifact import (  # noqa: E402
+    ArtifactTable,
+    artifact_label,
+    artifact_time,
+    builtin_artifact_tables,
+    parse_artifact_placements,
+)
 from profiles.perfmodel.rubick_measured import (  # noqa: E402
     MODELS,
     RubickMeasured,
     builtin_rubick_measured,
     packed,
-    plan_family,
 )
 from profiles.schema import plan_key  # noqa: E402
 from profiles.speed import measured_factor  # noqa: E402
@@ -70,117 +72,23 @@ from profiles.store import ProfileStore  # noqa: E402
 
 CLUSTER = ROOT / "etc" / "clusters" / "rubick-64.toml"
 TRACE = ROOT / "planner" / "sim" / "bundled" / "rubick_base.csv"
-BUNDLED = ROOT / "profiles" / "builtin" / "data" / "rubick" / "placements_decoded.csv"
 COUNTS = (1, 2, 4, 8, 16, 32)
 DIFFER = 0.005  # |Mosaic / artifact - 1| above this: the two truths differ there
 ARTIFACT_JCT_H = 1.01  # the artifact's Morphling on workload-base.csv (benchmarks/papers/rubick_truth.py)
 
 
-# -- the artifact's rule, re-stated ------------------------------------------------------------
-# Source: AlibabaPAI/reconfigurable-dl-scheduler, sched/applications.py,
-# Application.__init__ (reads simulator/traces/<model>/placements.csv with pandas; adds
-# num_nodes = digits of the placement code, num_gpus = their sum) and
-# Application.get_throughput(placement, exec_plan):
-#   1. the placement is normalised to its lexicographically smallest rotation (node order
-#      kept, not sorted) and read as an integer code;
-#   2. if that code is in the table: the FIRST row (file order) of that placement whose
-#      exec_plan is the job's plan label; none: the first row of that placement with plan
-#      "ga"; a row found is the answer;
-#   3. otherwise (or no row in 2.): scipy's LinearNDInterpolator over the (num_nodes,
-#      num_gpus) means of iter_time over ALL rows (every plan) of the model, queried at
-#      (min(nodes, 16), gpus); NaN outside the measured points' convex hull.
-# pandas reads the exec_plan column as int64 when every label is a number (llama30's, all
-# Megatron "PTD" codes: pp, tp, dp digits); then a label given as text ("344", the
-# workload's and Morphling's) matches no row, nor does "ga", so step 3 answers.
-
-
-@dataclass(frozen=True)
-class ArtifactRow:
-    plan: str
-    placement: str
-    time_s: float
-
-
-@dataclass
-class ArtifactTable:
-    """One model's placements.csv, as the artifact's ``Application`` holds it."""
-
-    rows: list[ArtifactRow]
-    numeric_plans: bool  # pandas' int64 column: no text label matches
-    interpolator: Any  # LinearNDInterpolator over (num_nodes, num_gpus) -> mean iter_time
-
-    @classmethod
-    def of(cls, rows: list[ArtifactRow]) -> ArtifactTable:
-        sums: dict[tuple[int, int], list[float]] = {}
-        for r in rows:
-            sums.setdefault((len(r.placement), sum(map(int, r.placement))), []).append(r.time_s)
-        points = sorted(sums)
-        values = [sum(sums[p]) / len(sums[p]) for p in points]
-        numeric = all(r.plan.isdigit() for r in rows)
-        return cls(rows, numeric, LinearNDInterpolator(points, values))
-
-
-def rotation_code(placement: Sequence[int]) -> str:
-    """The artifact's placement id: GPUs per node, smallest rotation, as digits."""
-    p = tuple(c for c in placement if c)
-    return "".join(map(str, min(p[i:] + p[:i] for i in range(len(p)))))
-
-
-def artifact_time(table: ArtifactTable, placement: Sequence[int], label: str | None) -> tuple[float, str]:
-    """(seconds per iteration, how): ``measured`` (the plan's row), ``ga`` (the placement's
-    ``ga`` row), ``interpolated`` or ``outside`` (NaN: the artifact's job would fail)."""
-    code = rotation_code(placement)
-    here = [r for r in table.rows if int(r.placement) == int(code)]
-    if here:
-        if label is not None and not table.numeric_plans:
-            for r in here:
-                if r.plan == label:
-                    return r.time_s, "measured"
-        if not table.numeric_plans:
-            for r in here:
-                if r.plan == "ga":
-                    return r.time_s, "ga"
-    nodes, gpus = min(len(code), 16), sum(map(int, code))
-    value = float(table.interpolator([nodes, gpus])[0])
-    return value, ("interpolated" if math.isfinite(value) else "outside")
-
-
-def artifact_label(plan: ExecPlan) -> str | None:
-    """The artifact's plan label of a resolved Mosaic plan (``None``: no such label)."""
-    family = plan_family(plan)
-    if family is None:
-        return None
-    kind, dp, tp, pp = family
-    if tp * pp == 1:
-        return kind
-    code = f"{pp}{tp}{dp}"
-    return code if len(code) == 3 else None
-
-
-def load_bundled(path: Path = BUNDLED) -> dict[str, ArtifactTable]:
-    rows: dict[str, list[ArtifactRow]] = {}
-    for cells in csv.DictReader(io.StringIO(path.read_text())):
-        if cells["model"] in MODELS:
-            rows.setdefault(cells["model"], []).append(
-                ArtifactRow(cells["exec_plan_code"], cells["placement_code"], float(cells["iter_time_s"]))
-            )
-    return {m: ArtifactTable.of(r) for m, r in rows.items()}
+# -- the artifact's rule (profiles.perfmodel.rubick_artifact) ---------------------------------
 
 
 def load_git(git_dir: str) -> dict[str, ArtifactTable]:
+    """The artifact's own ``simulator/traces/<model>/placements.csv`` of the seven models."""
     tables = {}
     for model in MODELS:
+        path = f"simulator/traces/{model}/placements.csv"
         text = subprocess.run(
-            ["git", "--git-dir", git_dir, "show", f"HEAD:simulator/traces/{model}/placements.csv"],
-            check=True,
-            capture_output=True,
-            text=True,
+            ["git", "--git-dir", git_dir, "show", f"HEAD:{path}"], check=True, capture_output=True, text=True
         ).stdout
-        rows = [
-            ArtifactRow(c["exec_plan"], c["placement"], float(c["iter_time"]))
-            for c in csv.DictReader(io.StringIO(text))
-        ]
-        tables[model] = ArtifactTable.of(rows)
+        tables[model] = parse_artifact_placements(text, path)
     return tables
 
 
@@ -309,27 +217,6 @@ def enumerate_configs(
 # -- the simulations ---------------------------------------------------------------------------
 
 
-class ArtifactSpeed(SpeedModel):
-    """Mosaic's speed model with the artifact's rule as the truth for Rubick's models: a job
-    runs its iterations at :func:`artifact_time` of its placement (node order) and plan;
-    where the artifact answers NaN (its job would fail) Mosaic's truth is kept."""
-
-    def __init__(self, tables: Mapping[str, ArtifactTable], *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.tables = tables
-
-    def _measured_factor(self, job: TraceJob, types: Sequence[str], assignment: Assignment) -> float | None:
-        mine = super()._measured_factor(job, types, assignment)
-        plan = resolved(
-            job, assignment.plan if assignment.plan is not None else job.plan, assignment.num_gpus
-        )
-        if mine is None or plan is None or not job.iterations or job.model not in self.tables:
-            return mine
-        placement = [count for _, count in assignment.per_node]
-        theirs, _ = artifact_time(self.tables[job.model], placement, artifact_label(plan))
-        return job.duration_s / job.iterations / theirs if math.isfinite(theirs) else mine
-
-
 class Recorder(Simulator):
     """Mosaic's simulator that adds up, per configuration, the GPU time running jobs hold
     (``held``) and the part of it spent computing, after any launch or restart (``work``)."""
@@ -338,13 +225,14 @@ class Recorder(Simulator):
         super().__init__(*args, **kwargs)
         self.spent: dict[Config, list[float]] = {}
         self.job_of: dict[Config, TraceJob] = {}
-        if tables is not None:
-            self.speed_model = ArtifactSpeed(
-                tables,
+        if tables is not None and tables is not builtin_artifact_tables():  # the artifact's own files
+            self.speed_model = SpeedModel(
                 self.profiles,
                 {n.name: n for n in self.nodes},
                 interference=self.config.interference,
                 reference_share=self.config.reference_share,
+                truth=self.config.truth,
+                artifact=tables,
             )
 
     def _run(self, running: list[_SimJob], t0: float, t1: float) -> list[_SimJob]:
@@ -374,7 +262,13 @@ def simulate_rubick(
 ) -> tuple[Recorder, dict[str, Any]]:
     nodes = tuple(cluster_from_toml(CLUSTER.read_text()))
     profiles = ProfileStore.builtin()
-    config = SimConfig(round_s=60.0, checkpoint_s=0.0, relaunch_s=260.0, launch_s=launch_s)
+    config = SimConfig(
+        round_s=60.0,
+        checkpoint_s=0.0,
+        relaunch_s=260.0,
+        launch_s=launch_s,
+        truth="measured" if tables is None else "rubick-artifact",
+    )
     scheduler = PRESETS["rubick"]
     if preemptive is not None:
         scheduler = replace(scheduler, preemptive=preemptive)
@@ -491,7 +385,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--artifact-git", help="the artifact's bare git directory (else the bundled file)")
     args = parser.parse_args()
-    tables = load_git(args.artifact_git) if args.artifact_git else load_bundled()
+    tables = load_git(args.artifact_git) if args.artifact_git else builtin_artifact_tables()
     trace = parse_trace(TRACE.read_text(), TRACE.name)
     measured = builtin_rubick_measured()
 

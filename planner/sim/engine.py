@@ -35,7 +35,7 @@ from planner.core.model import Assignment, Job, JobState, Node, RoundPlan, Snaps
 from planner.metrics import JobRecord, active_at_arrival, summarize
 from planner.pipeline import Clock, Scheduler, plan_round
 from planner.relaunch import Change, classify
-from planner.sim.progress import SpeedModel
+from planner.sim.progress import TRUTHS, SpeedModel, check_truth
 from planner.traces.records import TraceJob
 from planner.validate import PlanChecker
 from profiles.store import ProfileStore
@@ -62,6 +62,9 @@ class SimConfig:
     interference: float | None = None  # one true ξ for every sharing pair (SJF-BSBF Fig. 6(b))
     # (CPUs, GB) per GPU at which trace durations were measured; None: the proportional share
     reference_share: tuple[float, float] | None = None
+    # What prices Rubick's seven models on A800s (planner.sim.progress.TRUTHS): Mosaic's
+    # measurements, or "rubick-artifact", the Rubick artifact simulator's rule.
+    truth: str = TRUTHS[0]
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -78,6 +81,7 @@ class SimConfig:
             raise ConfigError(
                 f"reference_share must be positive (CPUs, GB) per GPU, got {self.reference_share}"
             )
+        check_truth(self.truth)
 
     @property
     def restart_cost_s(self) -> float:
@@ -291,6 +295,7 @@ class Simulator:
             {n.name: n for n in self.nodes},
             interference=self.config.interference,
             reference_share=self.config.reference_share,
+            truth=self.config.truth,
         )
         self.total_gpus = sum(n.gpus for n in self.nodes)
         self.total_cpus = sum(n.cpus for n in self.nodes)

@@ -20,6 +20,7 @@ from planner.explain import ROUNDS_FILE, rounds_header
 from planner.metrics import CLASS_KEYS, SUMMARY_KEYS, jobs_csv, tenant_summary
 from planner.sim import SimConfig, Simulator, TimelinePoint
 from planner.sim.feasibility import describe, never_startable
+from planner.sim.progress import TRUTHS
 from planner.traces import parse_trace
 from profiles.store import ProfileStore
 from slurm_plugin.cli.plot import write_sim_plot
@@ -70,6 +71,14 @@ def add_parser(
         help="plan every round only, or also at every arrival and completion "
         "(default: the preset's own; event for sjf-bsbf and sjf-ffs)",
     )
+    p.add_argument(
+        "--truth",
+        choices=TRUTHS,
+        default=TRUTHS[0],
+        help="what prices Rubick's seven models on A800s: Mosaic's measurements (default), or the "
+        "Rubick artifact simulator's rule (its placements.csv: the plan's row, else the placement's "
+        "ga row, else interpolated; Mosaic's where it has no time)",
+    )
     p.add_argument("--horizon-s", type=float, help="stop after this much simulated time")
     p.add_argument("--profiles", action="append", default=[], metavar="JSON", help="extra profile file(s)")
     p.add_argument(
@@ -113,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         launch_s=args.launch_s,
         trigger=args.trigger or config.trigger,
         horizon_s=args.horizon_s,
+        truth=args.truth,
     )
     log.info("simulating %d jobs on %d nodes with %s", len(trace), len(nodes), scheduler.name)
     bar = None
@@ -163,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
         "round_s": args.round_s,
         "restart_cost_s": sim_config.restart_cost_s,
         "trigger": sim_config.trigger,
+        "truth": sim_config.truth,
         "seed": args.seed,
         "profile_noise": args.profile_noise,
         "wall_time_s": wall,

@@ -14,7 +14,10 @@ This pass ends the round and undoes them, in two steps:
 1. **Resume.** In priority order, a running job the round stopped for want of GPUs resumes as
    it ran where its GPUs are idle or were given only to jobs that start this round and rank
    below it (those wait), and its CPUs and memory fit: a running job is stopped only for a
-   job ranked above it, which is what the ordering says.
+   job ranked above it, which is what the ordering says. A job that shared GPUs resumes with
+   the jobs it shared them with (a sharing pair runs only together), where each of them is
+   stopped or holds its very GPUs again, and the GPUs taken went to arrivals ranked below
+   all of them.
 2. **Give sets back.** For the rigid best-effort jobs the round moved or started, grouped by
    GPU count, the group's GPU sets are reassigned to its jobs with the Hungarian algorithm so
    that as many running jobs as possible get their own set back, each on a GPU type it
@@ -95,7 +98,8 @@ def _resumed(
     and rank below it (those wait instead): a running job is stopped only for a job that
     ranks above it. The stages decide one job at a time, so the placement may displace a job
     for a higher-ranked one that a later stage then moves elsewhere, leaving the GPUs to a
-    lower-ranked arrival."""
+    lower-ranked arrival. A job that shared GPUs resumes with its sharing group
+    (:func:`_sharing_group`) or not at all."""
     out = dict(draft.assignments)
     outcomes: Mapping[str, Outcome] = draft.outcomes
     stopped = [j for j in ordered if j.id in old and j.id not in out and outcomes.get(j.id) in _DISPLACED]
@@ -107,25 +111,56 @@ def _resumed(
         for slot in a.gpus:
             holders.setdefault(slot, set()).add(job_id)
     for job in stopped:
-        before = old[job.id]
-        if before.shares_with:
+        if job.id in out:  # resumed with its sharing group
             continue
-        takers = set().union(*(holders.get(slot, set()) for slot in before.gpus))
-        if any(t in old or rank.get(t, -1) < rank[job.id] for t in takers):
+        group = _sharing_group(job.id, old, out)
+        if group is None or any(m not in out and outcomes.get(m) not in _DISPLACED for m in group):
+            continue
+        slots = {slot for member in group for slot in old[member].gpus}
+        takers = set().union(*(holders.get(slot, set()) for slot in slots)) - set(group)
+        lowest = max(rank.get(member, len(rank)) for member in group)
+        if any(t in old or rank.get(t, -1) < lowest for t in takers):
             continue
         candidate = {i: a for i, a in out.items() if i not in takers}
-        candidate[job.id] = before
+        candidate.update((member, old[member]) for member in group)
         if over_committed(nodes, candidate.values()):
             continue
         out = candidate
         for t in takers:
             for slot in draft.assignments[t].gpus:
                 holders[slot].discard(t)
-        for slot in before.gpus:
-            holders.setdefault(slot, set()).add(job.id)
-        outcomes = {**outcomes, job.id: Outcome.KEPT, **dict.fromkeys(takers, Outcome.NO_CAPACITY)}
+        for member in group:
+            for slot in old[member].gpus:
+                holders.setdefault(slot, set()).add(member)
+        outcomes = {
+            **outcomes,
+            **dict.fromkeys(group, Outcome.KEPT),
+            **dict.fromkeys(takers, Outcome.NO_CAPACITY),
+        }
     # Priority order, as a draft's assignments are.
     return {j.id: out[j.id] for j in ordered if j.id in out}, outcomes
+
+
+def _sharing_group(
+    job_id: str, old: Mapping[str, Assignment], out: Mapping[str, Assignment]
+) -> list[str] | None:
+    """The running jobs that resume together with ``job_id``: itself, and the jobs it shared
+    GPUs with, transitively (the sharing stage's pairs run only together). None where one of
+    them no longer runs, or holds GPUs this round other than its own (a later stage moved it):
+    the group does not resume as it ran. A member the round gave back its very GPUs (alone,
+    say) is in the group: it resumes as it ran, sharing again."""
+    group, todo = [job_id], [job_id]
+    while todo:
+        for partner in old[todo.pop()].shares_with:
+            if partner in group:
+                continue
+            if partner not in old:
+                return None
+            group.append(partner)
+            todo.append(partner)
+    if any((a := out.get(member)) is not None and a.gpus != old[member].gpus for member in group):
+        return None
+    return group
 
 
 def _shaped(

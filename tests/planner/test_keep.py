@@ -7,7 +7,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.core.model import Assignment, Outcome, RoundPlan
+from planner.core.model import Assignment, Job, JobState, Outcome, RoundPlan
 from planner.policies.keep import keep_in_place
 from planner.stages import Draft
 from planner.validate import plan_violations
@@ -173,3 +173,42 @@ def test_a_stopped_job_whose_gpus_are_idle_resumes_as_it_ran():
     y = make_job("y")
     cpu_hog = Draft({"y": Assignment((("t1", 2),), 4, 8.0)}, {"x": Outcome.NO_CAPACITY})
     assert keep_in_place(make_snapshot(nodes, [x, y]), [x, y], cpu_hog) is cpu_hog
+
+
+def _pair(host_cpus: int = 2, guest_cpus: int = 2) -> tuple[Job, Job]:
+    """Host h and guest g sharing a1's GPU 0, as the sharing stage runs them."""
+    slot = (("a1", 0),)
+    h = replace(
+        make_job("h"), state=JobState.RUNNING, assignment=Assignment(slot, host_cpus, 8.0, None, ("g",))
+    )
+    g = replace(
+        make_job("g"), state=JobState.RUNNING, assignment=Assignment(slot, guest_cpus, 8.0, None, ("h",))
+    )
+    return h, g
+
+
+def test_a_stopped_sharing_pair_resumes_together_as_it_ran() -> None:
+    # The round stopped the pair, and a later stage gave the host its GPU back alone (as a
+    # waiting job starts): both resume as they ran, the guest too.
+    h, g = _pair()
+    alone = Draft({"h": Assignment((("a1", 0),), 4, 16.0)}, {"h": Outcome.PLACED, "g": Outcome.NO_CAPACITY})
+    out = _keep([h, g], alone)
+    assert out.assignments == {"h": h.assignment, "g": g.assignment}
+    assert out.outcomes["h"] is out.outcomes["g"] is Outcome.KEPT
+    # Both stopped, their GPU given to an arrival ranked below both: the arrival waits.
+    w = make_job("w")
+    taken = Draft(
+        {"w": Assignment((("a1", 0),), 2, 8.0)},
+        {"h": Outcome.NO_CAPACITY, "g": Outcome.NO_CAPACITY, "w": Outcome.PLACED},
+    )
+    out = _keep([h, g, w], taken)
+    assert out.assignments == {"h": h.assignment, "g": g.assignment}
+    assert out.outcomes["w"] is Outcome.NO_CAPACITY
+    # Ranked above one of them, the arrival keeps the GPU.
+    assert _keep([h, w, g], taken) is taken
+
+
+def test_a_sharing_pair_one_of_which_the_round_moved_does_not_resume() -> None:
+    h, g = _pair()
+    moved = Draft({"h": Assignment((("a1", 1),), 2, 8.0)}, {"h": Outcome.PLACED, "g": Outcome.NO_CAPACITY})
+    assert _keep([h, g], moved) is moved

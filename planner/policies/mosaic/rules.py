@@ -13,14 +13,19 @@ order                         the ``mosaic`` ordering (:mod:`.ordering`): privil
                               jobs, then 2D-LAS, then the declared bound
 GPUs of a rigid job           the placement (consolidated, sharing pairs kept together);
                               Rubick may evict a lower-ranked best-effort one for a privileged
-                              job (never one that shares GPUs)
+                              job (never one that shares GPUs); where a later stage leaves
+                              GPUs idle, Synergy-Tune starts a waiting rigid best-effort job
+                              there (its own rule for GPUs it frees), as the next round's
+                              placement would
 sharing partner               the packing when configured (``bsbf-rigid``: SJF-BSBF's Theorem
                               1 on the declared estimates), rigid best-effort guests onto rigid
                               best-effort hosts only (:func:`shares_gpus`); nothing later moves
                               or shrinks a shared job. Not in the default preset yet
 GPU count, plan, CPUs of a    Rubick's joint allocation (:func:`rubick_decides`): it overrides
 job Rubick decides            the placement's GPUs and the shaping's CPUs for these jobs only,
-                              and keeps every privileged job at its performance guarantee
+                              and keeps every privileged job at its performance guarantee;
+                              where Crius frees GPUs Rubick saw held, Rubick decides again with
+                              Crius's jobs fixed where Crius put them
 GPU type and count of a job   Crius's Cell search (:func:`crius_decides`), its jobs decided
 Crius decides                 in the order's sequence: overrides the placement for these jobs
                               only, on GPUs no other job holds;
@@ -28,11 +33,18 @@ Crius decides                 in the order's sequence: overrides the placement f
 CPUs and memory of every      Synergy-Tune (the shaping stage), on the node the job got; where
 other job                     a later stage's job took CPUs or memory Tune had given a
                               neighbour beyond its proportional share, that neighbour is
-                              switched back toward its share (Tune's own rule 2, §4.2)
+                              switched back toward its share (Tune's own rule 2, §4.2). These
+                              are rigid jobs without candidate plans, guaranteed or not (the
+                              proportional share Rubick gives one it starts or moves is no
+                              decision of its own). Where a later stage changed a job's
+                              resources, these jobs and Crius's take Tune's share on the round
+                              as it ends (a running one left on its own GPUs from the share it
+                              runs with), as the next round's Tune gives them
 which job holds which set     the end of the reconfiguration stage (:mod:`planner.policies.keep`):
 (running jobs, last)          a running job stopped for want of GPUs resumes where its GPUs are
-                              idle or went only to lower-ranked arrivals (they wait), and
-                              rigid best-effort jobs of one GPU count get their own sets back;
+                              idle or went only to lower-ranked arrivals (they wait), a
+                              sharing pair together, and rigid best-effort jobs of one GPU
+                              count get their own sets back;
                               counts, types, plans and the GPU sets in use stay the round's
 physical GPU labels           Tesserae's relabelling, last (it moves labels, never shapes)
 ============================  ==============================================================

@@ -79,6 +79,7 @@ ABLATIONS: dict[str, tuple[str, ...]] = {
     "no-relabelling": ("--migration", "none"),
     "no-keep-in-place": ("-o", "reconfiguration.keep=false"),
     "no-preemption-gap": ("-o", "policy.preemption_gap=0"),
+    "no-over-quota-first": ("-o", "policy.over_quota_first=false"),
     "crius-arrival-queue": ("-o", 'reconfiguration.crius={queue="arrival"}'),
     "with-sharing": ("--placement", "shared-consolidated", "--packing", "bsbf-rigid"),
 }

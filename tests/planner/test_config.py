@@ -55,6 +55,10 @@ def test_the_schedulers_restart_cost_reaches_every_stage_that_weighs_restarts():
     }
     mixed = build_scheduler(config_from_mapping(table))
     assert mixed.ordering.restart_cost_s == 260.0 and mixed.reconfiguration.restart_cost_s == 60.0
+    composed = build_scheduler(config_from_mapping({"preset": "mosaic", "restart_cost_s": 260}))
+    assert composed.ordering.restarts.restart_cost_s == 260.0
+    stage = composed.reconfiguration
+    assert stage.rubick.restart_cost_s == stage.crius.restart_cost_s == 260.0
     default = build_scheduler(PRESETS["rubick"])
     assert default.ordering.restart_cost_s == default.reconfiguration.restart_cost_s == 30.0
 

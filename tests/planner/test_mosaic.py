@@ -494,3 +494,26 @@ def test_crius_decides_mosaics_jobs_in_the_rounds_order_unless_told_otherwise():
     assert stage.crius.queue == "ordered"
     told = preset("mosaic").with_overrides(options={"reconfiguration": {"crius": {"queue": "arrival"}}})
     assert build_scheduler(told, profiles()).reconfiguration.crius.queue == "arrival"
+
+
+def test_a_guaranteed_job_beyond_its_quota_waits_ahead_of_best_effort_ones_but_stops_nobody():
+    # Tenant prod's quota covers no job: its guaranteed job G is best-effort, but among the
+    # waiting jobs it goes first (it takes the free GPU before B, whose bound is shorter);
+    # it never ranks above the running job R, which it would stop.
+    config = replace(preset("mosaic"), tenants=(Tenant("prod", 0),))
+    nodes = (make_node("n0", 2, "v100", 16, 64.0),)
+    r = running(make_job("R", 1, 0.0, time_limit_s=3600.0, attained_gpu_s=1800.0), [("n0", 0)], 8, 32.0)
+    b = make_job("B", 1, 10.0, time_limit_s=600.0)
+    g = make_job("G", 1, 20.0, time_limit_s=7200.0, tenant="prod", guaranteed=True)
+    snapshot = Snapshot(100.0, nodes, (r, b, g))
+    plan = plan_round(snapshot, build_scheduler(config, profiles()))
+    assert plan.order == ("R", "G", "B") and "G" in plan.assignments and "B" not in plan.assignments
+    assert "R" in plan.assignments and plan.preempted == ()
+    without = replace(config, options={**config.options, "policy": {"over_quota_first": False}})
+    assert plan_round(snapshot, build_scheduler(without, profiles())).order == ("R", "B", "G")
+    # Above the running job (its own bound is longer), B keeps its rank: G does not jump it.
+    r_long = replace(r, time_limit_s=10 * 24 * 3600.0)
+    assert (
+        plan_round(replace(snapshot, jobs=(r_long, b, g)), build_scheduler(config, profiles())).order[0]
+        == "B"
+    )

@@ -1,6 +1,6 @@
 """The ``mosaic`` ordering: guarantees first, then 2D-LAS, with declared time limits as a bound.
 
-Four keys, in this order:
+Five keys, in this order:
 
 1. **Privileged guaranteed jobs** (Rubick §5.1-5.2, AntMan): a tenant's guaranteed jobs whose
    minimum demand fits what is left of its GPU quota go before every other job, running ones
@@ -28,6 +28,11 @@ Four keys, in this order:
    without a limit (or whose limits fall in one bucket) keep Tiresias' order; a running job's
    bound only falls, so it never moves below a job that waits. Within a bucket, Tiresias'
    order (queue entry, then arrival).
+5. **Guaranteed jobs beyond their tenant's quota** are best-effort (Rubick §5.1: the quota
+   bounds the guarantee), but go ahead of the other best-effort jobs that wait: a guaranteed job
+   the quota does not cover ranks first in its bound bucket, and among the waiting jobs below
+   the lowest-ranked running job it moves up to the top. It never moves above a running job it
+   ranked below, so it stops no job the order above would not (``over_quota_first``).
 
 The ordering is also the scheduler's :class:`~planner.stages.Lens`: every stage of a ``mosaic``
 round plans from :class:`.view.DeclaredView` (declared limits, never the true run times;
@@ -49,7 +54,6 @@ from planner.core.model import Job, Snapshot
 from planner.policies.common import options_reader
 from planner.policies.mosaic.view import (
     DEFAULT_MAX_RESTARTS,
-    DEFAULT_RESTART_COST_S,
     DeclaredView,
     RestartRule,
 )
@@ -97,9 +101,12 @@ class MosaicOrdering:
     (true), ``time_limits`` (true: the bound orders jobs within a queue),
     ``bound_cap_minutes`` (a week: bounds at or above it are all in the last bucket) and
     ``max_restarts`` (8: a running job restarted that often is not stopped again) and
-    ``restart_cost_s`` (30: what a restart costs, charged by :mod:`.view`),
-    ``las_preemption`` (true; false: every running best-effort job is settled), and
-    ``preemption_gap`` (5: the buckets a running job's declared bound counts lower)."""
+    ``restart_cost_s`` (the scheduler's, 30 unless set: what a restart costs, charged by
+    :mod:`.view`),
+    ``las_preemption`` (true; false: every running best-effort job is settled),
+    ``preemption_gap`` (5: the buckets a running job's declared bound counts lower) and
+    ``over_quota_first`` (true: guaranteed jobs beyond their tenant's quota go ahead of the
+    other best-effort jobs that wait)."""
 
     preemptive_by_default: ClassVar[bool] = True
     las: Tiresias
@@ -112,6 +119,7 @@ class MosaicOrdering:
     las_preemption: bool = True
     preemption_gap: int = DEFAULT_PREEMPTION_GAP
     book: CurveBook = field(default_factory=shared_book)
+    over_quota_first: bool = True
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
@@ -128,6 +136,7 @@ class MosaicOrdering:
                 "restart_cost_s",
                 "las_preemption",
                 "preemption_gap",
+                "over_quota_first",
             ],
         )
         las = Tiresias.from_options({k: v for k, v in options.items() if k in las_keys}, context)
@@ -138,7 +147,7 @@ class MosaicOrdering:
         cost = f.opt_float("restart_cost_s", minimum=0.0)
         rule = RestartRule(
             DEFAULT_MAX_RESTARTS if restarts is None else restarts,
-            DEFAULT_RESTART_COST_S if cost is None else cost,
+            context.restart_cost_s if cost is None else cost,
         )
         return cls(
             las,
@@ -151,6 +160,7 @@ class MosaicOrdering:
             f.flag("las_preemption", True),
             _or(f.opt_int("preemption_gap", minimum=0), DEFAULT_PREEMPTION_GAP),
             book_for(context.profiles),
+            f.flag("over_quota_first", True),
         )
 
     def lens(self, snapshot: Snapshot) -> Snapshot:
@@ -167,6 +177,10 @@ class MosaicOrdering:
         if not self.las_preemption:
             stays = {j.id for j in snapshot.jobs if j.is_running and j.id not in chosen}
         rest = [j for j in ordered if j.id not in chosen]
+        # Guaranteed jobs beyond their tenant's quota (key 5 of the module docstring).
+        beyond: set[str] = set()
+        if self.guarantees and self.over_quota_first:
+            beyond = {j.id for j in rest if j.guaranteed and j.tenant in self.quotas}
         if self.time_limits and any(j.time_limit_s is not None for j in rest):
             cap = self.bound_cap_minutes
             queue = {j.id: k for k, j in enumerate(rest)}
@@ -175,9 +189,12 @@ class MosaicOrdering:
                 key=lambda j: (
                     0 if j.time_limit_s is not None else _queue_of(j),
                     bound_bucket(j, cap) - (gap if j.is_running else 0),
+                    j.id not in beyond,
                     queue[j.id],
                 )
             )
+        if beyond:
+            rest = _waiting_beyond_first(rest, beyond)
         if stays:
             rest = [j for j in rest if j.id in stays] + [j for j in rest if j.id not in stays]
         out = rest if not chosen and not any(_was_flagged(j) for j in snapshot.jobs) else None
@@ -210,6 +227,15 @@ class _Curves(Mapping[str, JobCurve | None]):
 
 
 SETTLED = "settled"
+
+
+def _waiting_beyond_first(rest: list[Job], beyond: set[str]) -> list[Job]:
+    """``rest`` with the waiting jobs of ``beyond`` moved up to just below the lowest-ranked
+    running job, where they ranked below it: ahead of every other waiting job, above no
+    running job they were not already above (so they stop no job the order would not)."""
+    last = max((k for k, j in enumerate(rest) if j.is_running), default=-1)
+    tail = rest[last + 1 :]
+    return rest[: last + 1] + [j for j in tail if j.id in beyond] + [j for j in tail if j.id not in beyond]
 
 
 def _or(value: int | None, default: int) -> int:

@@ -10,7 +10,8 @@ decision                      owner (and what it may override)
 what is known of a job        the ordering's lens (:mod:`.view`): declared time limits, never
                               ``duration_s``/``remaining_s``; restarts bounded per job
 order                         the ``mosaic`` ordering (:mod:`.ordering`): privileged guaranteed
-                              jobs, then 2D-LAS, then the declared bound
+                              jobs, then 2D-LAS, then the declared bound; guaranteed jobs
+                              beyond their quota wait ahead of other best-effort ones
 GPUs of a rigid job           the placement (consolidated, sharing pairs kept together);
                               Rubick may evict a lower-ranked best-effort one for a privileged
                               job (never one that shares GPUs); where a later stage leaves

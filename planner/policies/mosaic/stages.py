@@ -69,7 +69,8 @@ class MosaicReconfiguration:
     """Options: ``rubick`` (a table of the ``rubick`` stage's options), ``crius`` (of the
     ``crius`` stage's; ``scale`` is not allowed: ``mosaic`` widens no job's demand;
     ``queue`` is ``ordered`` unless set),
-    ``restart_cost_s`` (30, given to both unless their tables set it), ``keep`` (true: the
+    ``restart_cost_s`` (the scheduler's, 30 unless set; given to both unless their tables set
+    it), ``keep`` (true: the
     round ends with :func:`planner.policies.keep.keep_in_place`)."""
 
     rubick: RubickAllocation

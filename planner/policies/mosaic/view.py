@@ -32,9 +32,9 @@ from dataclasses import dataclass, field, replace
 
 from planner.core.model import Job, Snapshot
 from planner.policies.rubick.policy import THRESHOLD, may_reconfigure
+from planner.registry import DEFAULT_RESTART_COST_S
 
 DEFAULT_MAX_RESTARTS = 8
-DEFAULT_RESTART_COST_S = 30.0  # the simulator's default checkpoint + relaunch
 
 
 @dataclass(frozen=True)

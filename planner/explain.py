@@ -274,7 +274,7 @@ _OUTCOME_TEXT = {
     Outcome.NO_CONSOLIDATED_SLOT: "enough GPUs are free, but not on as few nodes as it needs",
     Outcome.NO_GPU_TYPE: "no node has a GPU type it accepts",
     Outcome.INFEASIBLE: "it can never fit this cluster as described",
-    Outcome.BLOCKED: "a job ahead of it waits, and this scheduler does not backfill",
+    Outcome.BLOCKED: "a job ahead of it waits, and this scheduler did not backfill in that round",
     Outcome.NO_RESOURCES: "GPUs are free, but not the CPUs or memory it needs",
 }
 

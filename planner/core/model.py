@@ -307,7 +307,7 @@ class Outcome(StrEnum):
     NO_CONSOLIDATED_SLOT = "no-consolidated-slot"  # enough GPUs, but not on one node
     NO_GPU_TYPE = "no-gpu-type"  # no node of the requested GPU type
     INFEASIBLE = "infeasible"  # can never fit this cluster as described
-    BLOCKED = "blocked"  # an earlier job waits and the policy does not backfill
+    BLOCKED = "blocked"  # an earlier job waits and the round does not backfill
     NO_RESOURCES = "no-resources"  # GPUs free, but not the CPUs/memory its demand needs (§3.3)
 
 

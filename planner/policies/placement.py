@@ -414,7 +414,7 @@ class ConsolidatedPlacement:
         assignments: dict[str, Assignment] = {}
         outcomes: dict[str, Outcome] = {}
         blocked = False
-        backfill = self.backfill if self.backfill_interval_s is None else self.backfills_at(snapshot.time_s)
+        backfill = self.backfills_at(snapshot.time_s)
         failed = board.failed  # cleared in place
         kept, infeasible = Outcome.KEPT, Outcome.INFEASIBLE
         for job in ordered:

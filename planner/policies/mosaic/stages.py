@@ -328,16 +328,7 @@ def _tune_shapes(job: Job, crius_ids: set[str]) -> bool:
 def _fixed(job: Job, a: Assignment) -> Job:
     """``job`` running rigid on ``a``: as a stage that must not change it sees a job that
     another stage of the round decided."""
-    return replace(
-        job,
-        state=JobState.RUNNING,
-        assignment=a,
-        num_gpus=a.num_gpus,
-        min_gpus=None,
-        max_gpus=None,
-        gpu_types=(),
-        candidate_plans=(),
-    )
+    return _rigid(replace(job, state=JobState.RUNNING, assignment=a))
 
 
 def _within_nodes(snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft:

@@ -458,7 +458,12 @@ class Simulator:
                 if change.migration:
                     job.migrations += 1
             job.assignment = assignment
-            job.speed = self._speed(job)
+            # A job that shares is priced below, once every job holds the plan's assignment:
+            # its partner may not have been applied yet, and priced beside the partner's last
+            # assignment (another plan or GPU, with which the pair may not fit) it could
+            # get speed 0 for a pair the plan never formed.
+            if not assignment.shares_with:
+                job.speed = self._speed(job)
             self._changed(job)
             given.append(job)
         if changed:

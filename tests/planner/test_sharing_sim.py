@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from planner.core.model import Assignment
+from planner.pipeline import Scheduler
 from planner.sim import SimConfig, simulate
 from planner.sim.progress import SpeedModel
+from planner.stages import Draft
 from profiles.interference import PairInterference, Sharer
 from profiles.iteration import IterationModels, accumulation_plan
 from tests.builders import make_nodes, profiles, scheduler, trace_job
@@ -97,3 +99,49 @@ def test_injected_interference_changes_true_speeds():
     )
     with pytest.raises(Exception, match="interference"):
         SimConfig(interference=0)
+
+
+class _PairsOnSecondRound:
+    """A placement that runs ``small`` and ``big`` alone on GPUs 0 and 1 in the first round,
+    then ``big`` onto ``small``'s GPU 0 at micro-batch 128 (the one plan with which the pair
+    fits a V100), ``small`` first in the plan; ``big`` stays there alone once ``small`` is done."""
+
+    def place(self, snapshot, ordered):
+        ids = {j.id for j in ordered}
+        if snapshot.time_s == 0:
+            return Draft(
+                {"small": Assignment((("n1", 0),), 2, 16.0), "big": Assignment((("n1", 1),), 2, 16.0)}, {}
+            )
+        gpu, plan = (("n1", 0),), accumulation_plan(256, 128)
+        if "small" not in ids:
+            return Draft({"big": Assignment(gpu, 2, 16.0, plan)}, {})
+        return Draft(
+            {
+                "small": Assignment(gpu, 1, 8.0, None, ("big",)),
+                "big": Assignment(gpu, 1, 8.0, plan, ("small",)),
+            },
+            {},
+        )
+
+
+def test_a_sharer_is_priced_beside_its_partners_new_assignment_not_its_last():
+    # transformer(256) fits a V100 beside transformer(32) only with accumulation: priced
+    # beside big's last assignment (alone on GPU 1, no accumulation) small would get speed 0
+    # and stop the simulation for a pair the plan never formed.
+    nodes = make_nodes(1, gpus=2, gpu_type="v100", cpus=4, mem_gb=64.0)
+    small = trace_job("small", 0, 1, 3600, model="transformer", batch_size=32)
+    big = trace_job("big", 0, 1, 36000, model="transformer", batch_size=256)
+    model = PairInterference(STORE)
+    assert model.speed_of(Sharer("transformer", 32, 1), Sharer("transformer", 256, 1), "v100") == 0
+    fifo = scheduler("fifo")
+    pairs = Scheduler("pairs", fifo.ordering, True, _PairsOnSecondRound(), fifo.shaping, max_jobs_per_gpu=2)
+    result = simulate(nodes, [small, big], pairs, SimConfig(round_s=360), profiles=STORE)
+    assert result.summary["finished"] == 2
+    xi = model.speed_of(
+        Sharer("transformer", 32, 1), Sharer("transformer", 256, 1, accumulation_plan(256, 128)), "v100"
+    )
+    assert xi > 0
+    # small ran alone for the first round, then beside big.
+    alone = 360 - SimConfig().launch_s
+    restart = SimConfig().restart_cost_s
+    assert record(result, "small").finish_time_s == pytest.approx(360 + restart + (3600 - alone) / xi)

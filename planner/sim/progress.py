@@ -134,8 +134,12 @@ class SpeedModel:
             for name, count in assignment.per_node
         )
         partner_kinds = tuple((p.model, p.batch_size, p.num_gpus, plan_key(a.plan)) for p, a in partners)
+        # On the artifact's truth the speed is the job's own time per iteration (its trace
+        # row's) over the artifact's, which differs between jobs of one model and shape.
+        own = job.duration_s / job.iterations if job.model in self.artifact and job.iterations else None
         key = (job.model, job.batch_size, job.gpu_type, job.num_gpus, node.gpu_type, shape, assignment.cpus,
-               assignment.mem_gb, plan_key(assignment.plan), partner_kinds, plan_key(job.plan))  # fmt: skip
+               assignment.mem_gb, plan_key(assignment.plan), partner_kinds, plan_key(job.plan),
+               own)  # fmt: skip
         cached = self._memo.get(key)
         if cached is not None:
             return cached

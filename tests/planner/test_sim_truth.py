@@ -43,6 +43,19 @@ def test_the_two_truths_price_a_rubick_model_differently():
     assert artifact.artifact_time_s(job, where) == pytest.approx(ARTIFACT_S)
 
 
+def test_on_the_artifacts_truth_each_job_runs_at_its_own_rows_time_per_iteration():
+    # Two jobs of one model, plan and placement whose trace rows give different times per
+    # iteration (Base's llama30-91: 2.662 s for its one iteration, 2.6618 s measured): each
+    # runs at its own over the artifact's, the second not at the first's memoised speed.
+    artifact = SpeedModel(profiles(), {n.name: n for n in A800}, truth="rubick-artifact")
+    where = placed((8,) * 6)
+    slower = trace_job("b", 0, 48, 1.1 * ITERATIONS * MOSAIC_S, model="llama30", batch_size=4,
+                       iterations=ITERATIONS, gpu_type="a800", plan=PLAN_344)  # fmt: skip
+    assert artifact.speed(llama30(), where) == pytest.approx(MOSAIC_S / ARTIFACT_S)
+    assert artifact.speed(slower, where) == pytest.approx(1.1 * MOSAIC_S / ARTIFACT_S)
+    assert artifact.speed(llama30("c"), where) == pytest.approx(MOSAIC_S / ARTIFACT_S)
+
+
 def test_where_the_artifact_has_no_time_mosaics_truth_answers():
     nodes = {n.name: n for n in A800}
     mosaic = SpeedModel(profiles(), nodes)

@@ -8,13 +8,22 @@ then with the artifact's rule that every placement, the first included, costs 26
 truth (``SimConfig.truth = "rubick-artifact"``, δ = 260). The artifact's own numbers (run
 separately, outside the repo, with its ``simulator/simulator.py workload-base.csv --policy
 morphling --interval 60``) are recorded beside them.
+
+``synergy_tune_terms``: where ``synergy-tune``'s 1.97 h on Mosaic's truth becomes 2.23 h on
+the artifact's, the same run with the artifact's rule applied only where a predicate holds
+(Mosaic's truth elsewhere): every model but LLaMA-30B, LLaMA-30B only, only LLaMA-30B's
+placements spread over more nodes than its GPUs need, single jobs; and, for the LLaMA-30B
+jobs a spread placement changes, their start, placement and seconds per iteration by both
+truths in the two full runs.
 Usage: ``.venv/bin/python benchmarks/papers/rubick_truth.py``.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,8 +34,12 @@ from benchmarks.common import write_result
 from benchmarks.papers.rubick import CLUSTER, TRACES
 from planner.cluster import cluster_from_toml
 from planner.config import PRESETS, build_scheduler
+from planner.core.model import Assignment, RoundPlan
 from planner.sim import SimConfig, simulate
+from planner.sim.engine import Simulator
+from planner.sim.progress import Partner, SpeedModel
 from planner.traces.csvio import parse_trace
+from planner.traces.records import TraceJob
 from profiles.store import ProfileStore
 
 # Average JCT (h) of the artifact's simulator on workload-base.csv, 8x8 GPUs, 60 s interval,
@@ -83,6 +96,111 @@ def run(
     return row
 
 
+# -- synergy-tune: which prices make the artifact's truth 0.25 h slower ----------------------
+
+Where = Callable[[TraceJob, Sequence[int]], bool]  # (job, GPUs per node) -> the artifact prices it
+
+
+class _ArtifactWhere(SpeedModel):
+    """The ``rubick-artifact`` truth only where ``where`` holds; Mosaic's truth elsewhere."""
+
+    def __init__(self, *args: Any, where: Where, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.where = where
+
+    def speed(self, job: TraceJob, assignment: Assignment, partners: Sequence[Partner] = ()) -> float:
+        self._memo.clear()  # its key has no job id, and ``where`` may name jobs
+        return super().speed(job, assignment, partners)
+
+    def artifact_time_s(self, job: TraceJob, assignment: Assignment) -> float | None:
+        if not self.where(job, [count for _, count in assignment.per_node]):
+            return None
+        return super().artifact_time_s(job, assignment)
+
+
+def spread(placement: Sequence[int]) -> bool:
+    """Over more nodes than its GPUs need (8 GPUs a node, as on rubick-64)."""
+    return len(placement) > math.ceil(sum(placement) / 8)
+
+
+# (label, where the artifact's rule prices a job; None: everywhere)
+TERMS: tuple[tuple[str, Where | None], ...] = (
+    ("everywhere", None),
+    ("every model but llama30", lambda j, p: j.model != "llama30"),
+    ("llama30 only", lambda j, p: j.model == "llama30"),
+    ("everywhere but llama30's spread placements", lambda j, p: not (j.model == "llama30" and spread(p))),
+    ("llama30's spread placements only", lambda j, p: j.model == "llama30" and spread(p)),
+    ("llama30-85 only", lambda j, p: j.job_id == "llama30-85"),
+    ("llama30-85 and llama30-87 only", lambda j, p: j.job_id in ("llama30-85", "llama30-87")),
+    ("everywhere but llama30-87", lambda j, p: j.job_id != "llama30-87"),
+)
+WATCH = ("llama30-85", "llama30-86", "llama30-87", "llama30-91")
+
+
+def synergy_term(label: str, where: Where | None, truth: str = "rubick-artifact") -> dict[str, Any]:
+    """``synergy-tune`` (δ = 260, ``launch_s`` 260) on the artifact's truth where ``where``
+    holds (``None``: everywhere; with ``truth="measured"``, nowhere)."""
+    nodes = tuple(cluster_from_toml(CLUSTER.read_text()))
+    trace = parse_trace((TRACES / "rubick_base.csv").read_text(), "rubick_base.csv")
+    profiles = ProfileStore.builtin()
+    config = SimConfig(round_s=60.0, checkpoint_s=0.0, relaunch_s=260.0, launch_s=260.0, truth=truth)
+    scheduler = build_scheduler(replace(PRESETS["synergy-tune"], restart_cost_s=260.0), profiles)
+    starts: dict[str, tuple[float, Assignment]] = {}
+
+    def on_round(t: float, plan: RoundPlan) -> None:
+        for job_id in plan.started:
+            if job_id in WATCH and job_id not in starts:
+                starts[job_id] = (t, plan.assignments[job_id])
+
+    sim = Simulator(nodes, trace, scheduler, config, profiles=profiles, on_round=on_round)
+    if where is not None:
+        sim.speed_model = _ArtifactWhere(
+            profiles,
+            {n.name: n for n in nodes},
+            interference=config.interference,
+            reference_share=config.reference_share,
+            truth=truth,
+            where=where,
+        )
+    result = sim.run()
+    s = result.summary
+    records = {r.job_id: r for r in result.records}
+    by_id = {j.job_id: j for j in trace}
+    mine = SpeedModel(profiles, {n.name: n for n in nodes}, truth="measured")
+    theirs = SpeedModel(profiles, {n.name: n for n in nodes}, truth="rubick-artifact")
+    jobs = {}
+    for job_id, (t, a) in sorted(starts.items()):
+        job, r = by_id[job_id], records[job_id]
+        per_iteration = job.duration_s / job.iterations if job.iterations else math.nan
+        artifact = theirs.artifact_time_s(job, a)
+        jobs[job_id] = {
+            "gpus": a.num_gpus,
+            "placement": [count for _, count in a.per_node],
+            "start_h": t / 3600.0,
+            "run_s": (r.finish_time_s or math.nan) - t - config.launch_s,
+            "trace_s": job.duration_s,
+            "mosaic_s_per_iteration": per_iteration / mine.speed(job, a),
+            "artifact_s_per_iteration": artifact,
+        }
+    row = {
+        "term": label,
+        "truth": truth,
+        "avg_jct_h": s["avg_jct_s"] / 3600.0,
+        "avg_first_wait_h": s["avg_queue_s"] / 3600.0,
+        "makespan_h": s["makespan_s"] / 3600.0,
+        "finished": s["finished"],
+        "jobs": jobs,
+    }
+    print(row, flush=True)
+    return row
+
+
+def synergy_tune_terms() -> list[dict[str, Any]]:
+    return [synergy_term("nowhere (Mosaic's truth)", None, truth="measured")] + [
+        synergy_term(label, where) for label, where in TERMS
+    ]
+
+
 def main() -> None:
     presets = sys.argv[1].split(",") if len(sys.argv) > 1 else ["rubick", "synergy-tune"]
     rows = [run(p, launch) for p in presets for launch in (0.0, 260.0)]
@@ -91,10 +209,13 @@ def main() -> None:
         rows += [run("rubick", launch, preemptive=False) for launch in (0.0, 260.0)]
     # On one truth, the artifact's rule (``mosaic sim --truth rubick-artifact``), δ = 260.
     rows += [run(p, 260.0, 260.0, truth="rubick-artifact") for p in presets]
-    write_result(
-        "rubick_truth",
-        {"command": "benchmarks/papers/rubick_truth.py " + ",".join(presets), "rows": rows},
-    )
+    payload: dict[str, Any] = {
+        "command": "benchmarks/papers/rubick_truth.py " + ",".join(presets),
+        "rows": rows,
+    }
+    if "synergy-tune" in presets:
+        payload["synergy_tune_terms"] = synergy_tune_terms()
+    write_result("rubick_truth", payload)
 
 
 if __name__ == "__main__":

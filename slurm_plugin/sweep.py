@@ -26,7 +26,7 @@ import io
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +102,9 @@ class Sweep:
     cluster: str
     config: str | None
     sim_options: Mapping[str, Any]
+    # Each sim option's default: a sweep.json written before an option existed lacks it,
+    # and its cells ran with the default (not part of the definition written).
+    option_defaults: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def cells(self) -> tuple[Cell, ...]:
@@ -162,17 +165,21 @@ def load(directory: Path) -> tuple[Sweep, dict[str, Any]]:
     return from_document(doc, str(path)), doc
 
 
-def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """What differs between two definitions, one phrase per key (per sim option)."""
+def differences(
+    old: Mapping[str, Any], new: Mapping[str, Any], option_defaults: Mapping[str, Any] | None = None
+) -> list[str]:
+    """What differs between two definitions, one phrase per key (per sim option). A sim option
+    missing on one side counts as its default in ``option_defaults`` (an option added to
+    ``mosaic sim`` after the sweep was written: its cells ran with the default)."""
     found: list[str] = []
+    defaults = option_defaults or {}
     for key in DEFINITION_KEYS:
         was, now = old.get(key), new.get(key)
         if isinstance(was, dict) and isinstance(now, dict):
-            found += [
-                f"{key}.{k}: {was.get(k)!r} in {SWEEP_FILE}, {now.get(k)!r} now"
-                for k in sorted(was.keys() | now.keys())
-                if was.get(k) != now.get(k)
-            ]
+            for k in sorted(was.keys() | now.keys()):
+                a, b = was.get(k, defaults.get(k)), now.get(k, defaults.get(k))
+                if a != b:
+                    found.append(f"{key}.{k}: {a!r} in {SWEEP_FILE}, {b!r} now")
         elif was != now:
             found.append(f"{key}: {was!r} in {SWEEP_FILE}, {now!r} now")
     return found
@@ -184,7 +191,7 @@ def check_same(directory: Path, sweep: Sweep) -> dict[str, Any]:
     if not (directory / SWEEP_FILE).exists():
         return {}
     _, doc = load(directory)
-    changed = differences(doc, sweep.definition())
+    changed = differences(doc, sweep.definition(), sweep.option_defaults)
     if changed:
         raise SweepError(
             f"{directory} holds a different sweep ({'; '.join(changed)}): "

@@ -134,7 +134,8 @@ def sweep_from_args(args: argparse.Namespace) -> sw.Sweep:
     cluster = Path(args.cluster).resolve()
     cluster_from_toml(read_text(cluster), source=str(cluster))
     config = str(Path(args.config).resolve()) if args.config else None
-    options = {a.dest: getattr(args, a.dest) for a in _passed_actions(_sim_parser())}
+    actions = _passed_actions(_sim_parser())
+    options = {a.dest: getattr(args, a.dest) for a in actions}
     options["profiles"] = [str(Path(p).resolve()) for p in options.get("profiles") or []]
     sweep = sw.Sweep(
         presets=tuple(presets),
@@ -143,6 +144,7 @@ def sweep_from_args(args: argparse.Namespace) -> sw.Sweep:
         cluster=str(cluster),
         config=config,
         sim_options=options,
+        option_defaults={a.dest: a.default for a in actions},
     )
     sweep.check()
     # The config file, the scheduler flags and the profiles, checked once for every preset.

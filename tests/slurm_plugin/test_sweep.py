@@ -225,6 +225,21 @@ def test_a_different_sweep_in_the_directory_is_refused_naming_what_differs(input
     assert "sim_options.round_s: 60.0 in sweep.json, 120.0 now" in err
 
 
+def test_a_sweep_written_before_a_sim_option_existed_resumes_with_its_default(inputs, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    argv = sweep_argv(inputs, out, traces="a", presets="fifo", seeds="1")
+    assert main(argv) == 0
+    doc = json.loads((out / sw.SWEEP_FILE).read_text())
+    # As an older mosaic wrote it: without the options added to `mosaic sim` since.
+    del doc["sim_options"]["truth"], doc["sim_options"]["launch_s"]
+    (out / sw.SWEEP_FILE).write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(argv) == 0
+    # A value other than the default is still a different sweep.
+    assert main([*argv, "--truth", "rubick-artifact"]) == 2
+    assert "sim_options.truth: 'measured' in sweep.json, 'rubick-artifact' now" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

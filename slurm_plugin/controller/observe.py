@@ -15,6 +15,7 @@ the caller may keep pending jobs' planner records between calls: :class:`Pending
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import re
@@ -137,9 +138,10 @@ def build_observation(
     managed: dict[str, SlurmJob] = {}
     layouts: dict[str, TaskLayout] = {}
     finished: list[str] = []
+    assumed = assumed_indices(slurm_jobs)
     for sj in slurm_jobs:
         if sj.partition not in partitions:
-            outside = _outside_job(sj, usable)
+            outside = _outside_job(sj, usable, assumed=assumed.get(sj.id))
             if outside is not None:
                 jobs.append(outside)
             elif sj.holds_resources:
@@ -158,7 +160,7 @@ def build_observation(
         if sj.state in RUNNING_STATES and running_assignment(sj, usable) is None:
             # Running on a node that is draining or down: let it finish there; what it holds
             # on usable nodes stays occupied.
-            pinned = _outside_job(sj, usable, partial=True)
+            pinned = _outside_job(sj, usable, partial=True, assumed=assumed.get(sj.id))
             if pinned is not None:
                 jobs.append(pinned)
             continue
@@ -170,7 +172,7 @@ def build_observation(
             layouts[sj.id] = layout
             continue
         plan = (current_plans or {}).get(sj.id)
-        jobs.append(_managed_job(sj, record, usable, config, now, plan))
+        jobs.append(_managed_job(sj, record, usable, config, now, plan, assumed.get(sj.id)))
         layouts[sj.id] = task_layout(sj, record)
     pending.keep(managed)
     nodes = tuple(
@@ -304,16 +306,53 @@ def _natural(name: str) -> tuple[str, int]:
     return (name[: len(name) - digits], int(name[len(name) - digits :]) if digits else -1)
 
 
+def assumed_indices(slurm_jobs: Sequence[SlurmJob]) -> dict[str, dict[str, tuple[int, ...]]]:
+    """GPU indices for the running jobs whose indices Slurm did not name (no ``gres_detail``
+    for a node yet): job id -> node -> the lowest indices that no other job holds there, named
+    or assumed (in job order). Assuming the first ones would put two jobs on one GPU."""
+    taken: dict[str, set[int]] = {}
+    lacking: list[SlurmJob] = []
+    for sj in slurm_jobs:
+        if sj.state not in RUNNING_STATES or not sj.nodes:
+            continue
+        by_node = dict(sj.gpu_indices)
+        for node, indices in by_node.items():
+            taken.setdefault(node, set()).update(indices)
+        if any(not by_node.get(node) for node in sj.nodes):
+            lacking.append(sj)
+    out: dict[str, dict[str, tuple[int, ...]]] = {}
+    for sj in lacking:
+        by_node = dict(sj.gpu_indices)
+        for node in sj.nodes:
+            if by_node.get(node):
+                continue
+            held = taken.setdefault(node, set())
+            free = (k for k in range(max(held, default=-1) + 1 + sj.gpus_held_per_node) if k not in held)
+            chosen = tuple(itertools.islice(free, sj.gpus_held_per_node))
+            held.update(chosen)
+            out.setdefault(sj.id, {})[node] = chosen
+    return out
+
+
 def running_assignment(
-    sj: SlurmJob, usable: Mapping[str, SlurmNode], plan: Mapping[str, Any] | None = None
+    sj: SlurmJob,
+    usable: Mapping[str, SlurmNode],
+    plan: Mapping[str, Any] | None = None,
+    assumed: Mapping[str, tuple[int, ...]] | None = None,
 ) -> Assignment | None:
-    """The allocation Slurm gave a running job, or ``None`` when it is not (fully) on usable nodes."""
+    """The allocation Slurm gave a running job, or ``None`` when it is not (fully) on usable nodes.
+    ``assumed``: the indices to take on nodes Slurm named none for (:func:`assumed_indices`;
+    without it, the first ones)."""
     if sj.state not in RUNNING_STATES or not sj.nodes or any(n not in usable for n in sj.nodes):
         return None
     by_node = dict(sj.gpu_indices)
     gpus: list[tuple[str, int]] = []
     for node in sj.nodes:
-        indices = by_node.get(node) or tuple(range(sj.gpus_held_per_node))  # no gres_detail: assume the first
+        indices = (
+            by_node.get(node)
+            or (assumed or {}).get(node)
+            or tuple(range(sj.gpus_held_per_node))  # no gres_detail: assume the first
+        )
         gpus += [(node, k) for k in indices]
     if not gpus:
         return None
@@ -321,9 +360,14 @@ def running_assignment(
     return Assignment(gpus=tuple(gpus), cpus=sj.cpus, mem_gb=mem_gb, plan=plan)
 
 
-def _outside_job(sj: SlurmJob, usable: Mapping[str, SlurmNode], partial: bool = False) -> Job | None:
+def _outside_job(
+    sj: SlurmJob,
+    usable: Mapping[str, SlurmNode],
+    partial: bool = False,
+    assumed: Mapping[str, tuple[int, ...]] | None = None,
+) -> Job | None:
     """A job Mosaic must not touch, as occupied capacity (``partial``: its usable nodes only)."""
-    assignment = running_assignment(sj, usable)
+    assignment = running_assignment(sj, usable, assumed=assumed)
     if assignment is None and partial and sj.state in RUNNING_STATES:
         kept = [n for n in sj.nodes if n in usable]
         if kept:
@@ -355,10 +399,11 @@ def _managed_job(
     config: ControllerConfig,
     now: float,
     plan: Mapping[str, Any] | None,
+    assumed: Mapping[str, tuple[int, ...]] | None = None,
 ) -> Job:
     meta = job_meta(sj, record)
     num_gpus = record.num_gpus if record is not None else job_gpus(sj)
-    assignment = running_assignment(sj, usable, plan)
+    assignment = running_assignment(sj, usable, plan, assumed)
     progress = record.progress if record is not None else None
     duration = _positive(meta.get("duration_s"))
     remaining = duration * (1 - progress) if duration is not None and progress is not None else None

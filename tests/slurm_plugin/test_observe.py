@@ -62,6 +62,18 @@ def test_running_job_carries_its_real_allocation(slurm):
     assert (job.assignment.cpus, job.assignment.mem_gb) == (4, 8.0)
 
 
+def test_a_job_whose_gpu_indices_slurm_has_not_named_takes_gpus_no_other_job_holds(slurm):
+    # Job 1 holds 2 GPUs of n1, where job 5 (outside Mosaic) holds GPU 0. Without its
+    # gres_detail, assuming the first indices would put both on GPU 0.
+    jobs, nodes = slurm
+    unnamed = [replace(j, gpu_indices=()) if j.id == "1" else j for j in jobs]
+    obs = build_observation(2e9, unnamed, nodes, {}, CONFIG)
+    job = next(j for j in obs.snapshot.jobs if j.id == "1")
+    assert job.assignment is not None and job.assignment.gpus == (("n1", 1), ("n1", 2))
+    held = [g for j in obs.snapshot.jobs if j.assignment is not None for g in j.assignment.gpus]
+    assert len(held) == len(set(held))
+
+
 def test_outside_job_is_pinned_occupied_capacity(slurm):
     obs = build_observation(2e9, *slurm, {}, CONFIG)
     ghost = next(j for j in obs.snapshot.jobs if j.id == OUTSIDE_PREFIX + "5")

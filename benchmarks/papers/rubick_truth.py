@@ -15,6 +15,11 @@ the artifact's, the same run with the artifact's rule applied only where a predi
 placements spread over more nodes than its GPUs need, single jobs; and, for the LLaMA-30B
 jobs a spread placement changes, their start, placement and seconds per iteration by both
 truths in the two full runs.
+``same_gpus_other_shapings``: the presets that order and place GPUs as ``synergy-tune`` does
+(first come, first served with backfilling, consolidated placement) with another CPU/memory
+shaping, or none (``fifo``), on both truths, δ = 260, ``launch_s`` 260: the artifact's
+simulator has no CPU or memory in a job's speed, so there Synergy's rules are its GPU rules
+(``benchmarks/papers/rubick_artifact_synergy.py`` runs the artifact's own).
 Usage: ``.venv/bin/python benchmarks/papers/rubick_truth.py``.
 """
 
@@ -45,6 +50,8 @@ from profiles.store import ProfileStore
 # Average JCT (h) of the artifact's simulator on workload-base.csv, 8x8 GPUs, 60 s interval,
 # 260 s per placement (measured with its simulator.py; Synergy as given in issue 41).
 ARTIFACT = {"rubick": 1.01, "synergy-tune": 1.90}
+# Same GPU ordering and placement as synergy-tune, other (or no) CPU/memory shaping.
+SAME_GPUS = ("fifo", "synergy-proportional", "synergy-greedy", "synergy-opt", "synergy-tune")
 
 
 def run(
@@ -67,10 +74,12 @@ def run(
     result = simulate(nodes, trace, build_scheduler(scheduler, profiles), config, profiles=profiles)
     s = result.summary
     by_model: dict[str, list[tuple[float, float]]] = {}
+    runs = []  # from the first start to the end
     for r in result.records:
         if r.finish_time_s is not None and r.start_time_s is not None:
             jct = r.finish_time_s - r.submit_time_s
             by_model.setdefault(r.model, []).append((jct, r.start_time_s - r.submit_time_s))
+            runs.append(r.finish_time_s - r.start_time_s)
     row = {
         "preset": preset,
         "launch_s": launch_s,
@@ -78,10 +87,12 @@ def run(
         "preemptive": preemptive,
         "truth": truth,
         "avg_jct_h": s["avg_jct_s"] / 3600.0,
+        "avg_first_wait_h": s["avg_queue_s"] / 3600.0,
+        "avg_run_h": sum(runs) / len(runs) / 3600.0,
         "makespan_h": s["makespan_s"] / 3600.0,
         "restarts": s["restarts"],
         "finished": s["finished"],
-        "artifact_avg_jct_h": ARTIFACT[preset],
+        "artifact_avg_jct_h": ARTIFACT.get(preset),
         # per model: average JCT and the wait before the first start, hours
         "by_model_h": {
             m: {
@@ -215,6 +226,9 @@ def main() -> None:
     }
     if "synergy-tune" in presets:
         payload["synergy_tune_terms"] = synergy_tune_terms()
+        payload["same_gpus_other_shapings"] = [
+            run(p, 260.0, 260.0, truth=t) for p in SAME_GPUS for t in ("measured", "rubick-artifact")
+        ]
     write_result("rubick_truth", payload)
 
 

@@ -31,6 +31,7 @@ from slurm_plugin.controller.rounddiff import (
     Action,
     Kind,
     infeasible,
+    node_shards,
     planned_gpu_type,
     retyped_features,
     shard_infeasible,
@@ -431,7 +432,9 @@ class Actuator:
             if why is not None:
                 self._skip(a, round_id, result, f"infeasible: {why}")
                 continue
-            shards = wanted_shards(a.assignment, obs.shards_per_gpu if sj.shards_per_node else 0)
+            shards = wanted_shards(
+                a.assignment, node_shards(a.assignment, obs.nodes) if sj.shards_per_node else 0
+            )
             fields = start_fields(a.assignment, self._audit_text(a, round_id), shards, layout)
             gpu_type = planned_gpu_type(obs, a.assignment)
             features = retyped_features(sj.features, gpu_type, self.config.gpu_types)

@@ -308,16 +308,20 @@ def _natural(name: str) -> tuple[str, int]:
 
 def assumed_indices(slurm_jobs: Sequence[SlurmJob]) -> dict[str, dict[str, tuple[int, ...]]]:
     """GPU indices for the running jobs whose indices Slurm did not name (no ``gres_detail``
-    for a node yet): job id -> node -> the lowest indices that no other job holds there, named
-    or assumed (in job order). Assuming the first ones would put two jobs on one GPU."""
-    taken: dict[str, set[int]] = {}
+    for a node yet): job id -> node -> the lowest indices that no other job holds there whole,
+    named or assumed (in job order). Assuming the first ones would put two jobs on one GPU. A
+    job on shards may have a GPU's other shards beside it, so it avoids only GPUs held whole."""
+    whole: dict[str, set[int]] = {}  # GPUs held by a job without shards
+    any_job: dict[str, set[int]] = {}  # GPUs held by any job
     lacking: list[SlurmJob] = []
     for sj in slurm_jobs:
         if sj.state not in RUNNING_STATES or not sj.nodes:
             continue
         by_node = dict(sj.gpu_indices)
         for node, indices in by_node.items():
-            taken.setdefault(node, set()).update(indices)
+            any_job.setdefault(node, set()).update(indices)
+            if not sj.shards_per_node:
+                whole.setdefault(node, set()).update(indices)
         if any(not by_node.get(node) for node in sj.nodes):
             lacking.append(sj)
     out: dict[str, dict[str, tuple[int, ...]]] = {}
@@ -326,10 +330,13 @@ def assumed_indices(slurm_jobs: Sequence[SlurmJob]) -> dict[str, dict[str, tuple
         for node in sj.nodes:
             if by_node.get(node):
                 continue
-            held = taken.setdefault(node, set())
-            free = (k for k in range(max(held, default=-1) + 1 + sj.gpus_held_per_node) if k not in held)
-            chosen = tuple(itertools.islice(free, sj.gpus_held_per_node))
-            held.update(chosen)
+            avoid = whole.setdefault(node, set()) if sj.shards_per_node else any_job.setdefault(node, set())
+            count = sj.gpus_held_per_node
+            free = (k for k in range(max(avoid, default=-1) + 1 + count) if k not in avoid)
+            chosen = tuple(itertools.islice(free, count))
+            any_job.setdefault(node, set()).update(chosen)
+            if not sj.shards_per_node:
+                whole.setdefault(node, set()).update(chosen)
             out.setdefault(sj.id, {})[node] = chosen
     return out
 

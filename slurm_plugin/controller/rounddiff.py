@@ -92,9 +92,11 @@ def diff(obs: Observation, assignments: Mapping[str, Assignment], round_id: int)
                 stops.append(Action(Kind.STOP, job_id, request_id(round_id, Kind.STOP, job_id), why))
                 continue
             change = classify(current, as_allocated(target, obs.layouts.get(job_id)))
-            if change is Change.NONE and sj.shards_per_node > wanted_shards(target, sj.shards_per_node):
+            if change is Change.NONE and sj.shards_per_node > wanted_shards(
+                target, node_shards(target, obs.nodes)
+            ):
                 # Slurm cannot take shards from a running job: one alone on its GPU (all the
-                # GPU's shards) is relaunched with one shard to share it. The simulator has
+                # GPU's shards) is relaunched with half of them to share it. The simulator has
                 # no shards; its count agrees wherever sharing also halves CPUs/memory.
                 change = Change.SHARED
             if change.relaunch:
@@ -113,17 +115,23 @@ def diff(obs: Observation, assignments: Mapping[str, Assignment], round_id: int)
 
 
 def wanted_shards(a: Assignment, whole_gpu: int) -> int:
-    """The ``gres/shard`` count per node a shard job gets for ``a`` (pure).
+    """The ``gres/shard`` count per node a shard job gets for ``a`` (pure); ``whole_gpu`` is
+    the shards of one GPU on its nodes (:func:`node_shards`).
 
     On a shard cluster every job of a packing preset runs on shards (docs/user-guide.md,
     "Sharing GPUs"): alone on its GPU it holds all of them (``whole_gpu``, so
-    Slurm can put nothing beside it), sharing it holds one, so two partners fill the GPU
-    (SJF-BSBF §IV: at most two jobs per GPU). A job without shards (``whole_gpu`` 0)
-    gets none.
+    Slurm can put nothing beside it), sharing it holds half, so two partners fill the GPU
+    (SJF-BSBF §IV: at most two jobs per GPU; with an odd count one shard stays free). A job
+    without shards (``whole_gpu`` 0) gets none.
     """
     if whole_gpu <= 0:
         return 0
-    return 1 if a.shares_with else whole_gpu
+    return max(1, whole_gpu // 2) if a.shares_with else whole_gpu
+
+
+def node_shards(a: Assignment, nodes: Mapping[str, SlurmNode]) -> int:
+    """The shards of one GPU on ``a``'s nodes (the fewest where they differ; 0: none offer any)."""
+    return min((nodes[n].shards_per_gpu if n in nodes else 0 for n in a.nodes), default=0)
 
 
 def start_fields(
@@ -226,9 +234,11 @@ def shard_infeasible(a: Assignment, sj: SlurmJob, nodes: Mapping[str, SlurmNode]
                 f"job {sj.id} runs on shards but is planned on {gpus} GPUs of {name}: "
                 "Slurm puts all of a job's shards on a node on one GPU"
             )
-    whole = max((n.shards_per_gpu for n in nodes.values()), default=0)
-    if wanted_shards(a, whole) > min((nodes[n].shards_per_gpu for n in a.nodes if n in nodes), default=0):
-        return f"job {sj.id}: shard:{wanted_shards(a, whole)} exceeds a GPU's shards on {', '.join(a.nodes)}"
+    whole = node_shards(a, nodes)
+    if a.shares_with and whole < 2:
+        return (
+            f"job {sj.id} shares a GPU, but a GPU of {', '.join(a.nodes)} has {whole} shard: two jobs need 2"
+        )
     return None
 
 

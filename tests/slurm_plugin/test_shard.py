@@ -94,11 +94,13 @@ def test_two_shard_jobs_on_one_gpu_are_a_pair_in_the_snapshot(obs):
 # -- the start's fields and feasibility ---------------------------------------------------
 
 
-def test_shard_job_starts_with_one_shard_when_sharing_and_all_of_them_alone():
+def test_shard_job_starts_with_half_the_shards_when_sharing_and_all_of_them_alone():
     shared = _a([("n1", 0)], shares_with=["7"])
     alone = _a([("n2", 3)])
     assert wanted_shards(shared, 2) == 1
     assert wanted_shards(alone, 2) == 2
+    # With 8 shards per GPU, partners holding one each would leave 6 for Slurm to give a third job.
+    assert wanted_shards(shared, 8) == 4
     assert wanted_shards(shared, 0) == 0  # a gpu job never gets shards
     fields = start_fields(shared, "audit", shards=1)
     assert (fields["Gres"], fields["ReqNodeList"], fields["NumNodes"]) == ("shard:1", "n1", "1-1")
@@ -111,9 +113,11 @@ def test_partners_never_ask_more_than_a_gpus_shards(whole, sharing):
     a = _a([("n1", 0)], shares_with=["x"] if sharing else [])
     shards = wanted_shards(a, whole)
     assert 1 <= shards <= whole
-    # Two partners fit on one GPU exactly when whole >= 2.
+    # Two partners fit on one GPU exactly when whole >= 2, and fill it: what they leave is
+    # at most one shard, less than either holds.
     if sharing and whole >= 2:
         assert 2 * shards <= whole
+        assert whole - 2 * shards <= 1
 
 
 def test_a_gpu_job_planned_onto_a_shared_gpu_is_refused_with_the_reason(obs, squeue):
@@ -205,7 +209,8 @@ def test_startup_notice_says_whether_the_cluster_can_share():
 
 
 def test_jobs_whose_gpu_slurm_did_not_name_are_never_partners(squeue):
-    # No gres_detail: observe assumes the first GPUs, which must not pair two whole-GPU jobs.
+    # No gres_detail: observe assumes GPUs no other job holds whole, so two whole-GPU jobs on
+    # one node are on two GPUs, and never partners.
     blind = [
         replace(j, gpu_indices=(), shards_per_node=0, gpus_per_node=1) if j.id in {"1", "2"} else j
         for j in squeue.values()
@@ -213,5 +218,5 @@ def test_jobs_whose_gpu_slurm_did_not_name_are_never_partners(squeue):
     nodes = parse_sinfo_json((DATA / "sinfo_shard.json").read_text())
     snapshot = build_observation(2e9, blind, nodes, {}, ControllerConfig()).snapshot
     jobs = {j.id: j for j in snapshot.jobs}
-    assert jobs["1"].assignment.gpus == jobs["2"].assignment.gpus == (("n1", 0),)
+    assert (jobs["1"].assignment.gpus, jobs["2"].assignment.gpus) == ((("n1", 0),), (("n1", 1),))
     assert jobs["1"].assignment.shares_with == jobs["2"].assignment.shares_with == ()

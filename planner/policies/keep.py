@@ -17,7 +17,8 @@ This pass ends the round and undoes them, in two steps:
    job ranked above it, which is what the ordering says. A job that shared GPUs resumes with
    the jobs it shared them with (a sharing pair runs only together), where each of them is
    stopped or holds its very GPUs again, and the GPUs taken went to arrivals ranked below
-   all of them.
+   all of them; or where a later stage started a member alone on other GPUs, and a resumed
+   job holds those again in the end.
 2. **Give sets back.** For the rigid best-effort jobs the round moved or started, grouped by
    GPU count, the group's GPU sets are reassigned to its jobs with the Hungarian algorithm so
    that as many running jobs as possible get their own set back, each on a GPU type it
@@ -99,10 +100,41 @@ def _resumed(
     ranks above it. The stages decide one job at a time, so the placement may displace a job
     for a higher-ranked one that a later stage then moves elsewhere, leaving the GPUs to a
     lower-ranked arrival. A job that shared GPUs resumes with its sharing group
-    (:func:`_sharing_group`) or not at all."""
+    (:func:`_sharing_group`) or not at all.
+
+    A later stage may also have started a stopped sharing job again alone on other GPUs (Rubick
+    admits the placement's stopped jobs one by one, a pair's members on separate GPUs): its
+    group resumes as it ran too, where every GPU that frees holds a resumed job again in the
+    end (the round's GPU sets in use stay; an idle one the next round's placement would fill),
+    else none of these groups does."""
+    apart = _resume(ordered, draft, old, nodes, apart=True)
+    if apart is not None:
+        return apart
+    resumed = _resume(ordered, draft, old, nodes, apart=False)
+    assert resumed is not None
+    return resumed
+
+
+def _resume(
+    ordered: Sequence[Job],
+    draft: Draft,
+    old: Mapping[str, Assignment],
+    nodes: Mapping[str, Node],
+    apart: bool,
+) -> tuple[dict[str, Assignment], Mapping[str, Outcome]] | None:
+    """:func:`_resumed`, with sharing groups a later stage restarted apart where ``apart``
+    (None where that leaves a GPU they held this round idle)."""
     out = dict(draft.assignments)
     outcomes: Mapping[str, Outcome] = draft.outcomes
-    stopped = [j for j in ordered if j.id in old and j.id not in out and outcomes.get(j.id) in _DISPLACED]
+    stopped = [
+        j
+        for j in ordered
+        if j.id in old
+        and (
+            (j.id not in out and outcomes.get(j.id) in _DISPLACED)
+            or (apart and _restarted_apart(j.id, old, out))
+        )
+    ]
     if not stopped:
         return out, outcomes
     rank = {j.id: k for k, j in enumerate(ordered)}
@@ -110,10 +142,12 @@ def _resumed(
     for job_id, a in out.items():
         for slot in a.gpus:
             holders.setdefault(slot, set()).add(job_id)
+    done: set[str] = set()
+    freed: set[GpuSlot] = set()
     for job in stopped:
-        if job.id in out:  # resumed with its sharing group
+        if job.id in done:  # resumed with its sharing group
             continue
-        group = _sharing_group(job.id, old, out)
+        group = _sharing_group(job.id, old, out, apart)
         if group is None or any(m not in out and outcomes.get(m) not in _DISPLACED for m in group):
             continue
         slots = {slot for member in group for slot in old[member].gpus}
@@ -125,30 +159,45 @@ def _resumed(
         candidate.update((member, old[member]) for member in group)
         if over_committed(nodes, candidate.values()):
             continue
-        out = candidate
         for t in takers:
             for slot in draft.assignments[t].gpus:
                 holders[slot].discard(t)
         for member in group:
+            if (now := out.get(member)) is not None and now.gpus != old[member].gpus:
+                for slot in now.gpus:  # restarted apart: back where it ran
+                    holders[slot].discard(member)
+                    freed.add(slot)
             for slot in old[member].gpus:
                 holders.setdefault(slot, set()).add(member)
+        out = candidate
+        done.update(group)
         outcomes = {
             **outcomes,
             **dict.fromkeys(group, Outcome.KEPT),
             **dict.fromkeys(takers, Outcome.NO_CAPACITY),
         }
+    if any(not holders.get(slot) for slot in freed):
+        return None
     # Priority order, as a draft's assignments are.
     return {j.id: out[j.id] for j in ordered if j.id in out}, outcomes
 
 
+def _restarted_apart(job_id: str, old: Mapping[str, Assignment], out: Mapping[str, Assignment]) -> bool:
+    """Whether ``job_id`` shared GPUs and the round starts it alone on other GPUs."""
+    a = out.get(job_id)
+    moved = a is not None and a.gpus != old[job_id].gpus and not a.shares_with
+    return bool(old[job_id].shares_with) and moved
+
+
 def _sharing_group(
-    job_id: str, old: Mapping[str, Assignment], out: Mapping[str, Assignment]
+    job_id: str, old: Mapping[str, Assignment], out: Mapping[str, Assignment], apart: bool = False
 ) -> list[str] | None:
     """The running jobs that resume together with ``job_id``: itself, and the jobs it shared
     GPUs with, transitively (the sharing stage's pairs run only together). None where one of
-    them no longer runs, or holds GPUs this round other than its own (a later stage moved it):
-    the group does not resume as it ran. A member the round gave back its very GPUs (alone,
-    say) is in the group: it resumes as it ran, sharing again."""
+    them no longer runs, or holds GPUs this round other than its own (a later stage moved it;
+    where ``apart``, unless it holds them alone: :func:`_restarted_apart`): the group does not
+    resume as it ran. A member the round gave back its very GPUs (alone, say) is in the group:
+    it resumes as it ran, sharing again."""
     group, todo = [job_id], [job_id]
     while todo:
         for partner in old[todo.pop()].shares_with:
@@ -158,7 +207,12 @@ def _sharing_group(
                 return None
             group.append(partner)
             todo.append(partner)
-    if any((a := out.get(member)) is not None and a.gpus != old[member].gpus for member in group):
+    if any(
+        (a := out.get(member)) is not None
+        and a.gpus != old[member].gpus
+        and not (apart and _restarted_apart(member, old, out))
+        for member in group
+    ):
         return None
     return group
 

@@ -339,6 +339,25 @@ def test_a_sharing_pair_stopped_for_a_job_crius_leaves_waiting_resumes_together(
     assert plan.assignments["12"].shares_with == ("13",)
 
 
+def test_a_sharing_pair_rubick_starts_again_apart_resumes_together() -> None:
+    # The packing pairs 3 onto 5 on n0:2; Crius leaves 8 waiting and Rubick starts 4 and 9 on
+    # the GPUs the placement gave it. The next round's placement stops the pair and 4 for 8
+    # again, and Rubick starts 5 alone on 4's GPU and 3 alone on its own: keep-in-place
+    # resumes the pair as it ran, and 4 on its own GPU, which the pair's start left idle.
+    jobs = [_job(0), _job(1, model="resnet50"), _job(2), _job(9, model="resnet50")]
+    jobs += [
+        _job(3, model="resnet50", attained_gpu_s=5000.0),
+        _job(4, attained_gpu_s=5000.0),
+        _job(5, model="resnet50", attained_gpu_s=5000.0, time_limit_s=86400.0),
+        _job(6, 2),
+        _job(7, 4, min_gpus=2, max_gpus=8),
+        _job(8, 2, time_limit_s=600.0, min_gpus=1, max_gpus=4, gpu_types=TYPES),
+    ]
+    plan = _replanned_to_itself(_round(jobs, 3))
+    assert plan.assignments["3"].shares_with == ("5",)
+    assert plan.assignments["4"].gpus == (("n0", 1),)
+
+
 @pytest.mark.xfail(strict=True, reason="the packing runs before the reconfiguration that starts a host")
 def test_a_host_the_reconfiguration_starts_is_shared_in_the_same_round() -> None:
     # Rubick starts 13 on a GPU Crius freed (6 takes fewer), after the packing ran: the next

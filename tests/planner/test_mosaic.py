@@ -515,6 +515,20 @@ def test_crius_decides_mosaics_jobs_in_the_rounds_order_unless_told_otherwise():
     assert build_scheduler(told, profiles()).reconfiguration.crius.queue == "arrival"
 
 
+def test_a_guaranteed_job_beyond_its_quota_keeps_its_rank_once_it_runs() -> None:
+    # research's quota (4) covers 6 alone: 1 is beyond it and goes ahead of the waiting jobs,
+    # taking a GPU before 4 and 5. Running, its attained service would rank it below them, and
+    # the next round would stop it for 4: it keeps its rank instead.
+    research = {"tenant": "research"}
+    jobs = [_job(i) for i in (2, 3, 4, 5)]
+    jobs += [
+        replace(_job(1, attained_gpu_s=5000.0, guaranteed=True), submit_time_s=1.0, **research),
+        replace(_job(6, 4, model="resnet50", guaranteed=True), **research),
+    ]
+    plan = _replanned_to_itself(_round(jobs))
+    assert "1" in plan.assignments
+
+
 def test_a_guaranteed_job_beyond_its_quota_waits_ahead_of_best_effort_ones_but_stops_nobody():
     # Tenant prod's quota covers no job: its guaranteed job G is best-effort, but among the
     # waiting jobs it goes first (it takes the free GPU before B, whose bound is shorter);

@@ -230,10 +230,12 @@ SETTLED = "settled"
 
 
 def _waiting_beyond_first(rest: list[Job], beyond: set[str]) -> list[Job]:
-    """``rest`` with the waiting jobs of ``beyond`` moved up to just below the lowest-ranked
-    running job, where they ranked below it: ahead of every other waiting job, above no
-    running job they were not already above (so they stop no job the order would not)."""
-    last = max((k for k, j in enumerate(rest) if j.is_running), default=-1)
+    """``rest`` with the jobs of ``beyond`` moved up to just below the lowest-ranked running job
+    of the others, where they ranked below it: ahead of every other waiting job, above no
+    running job they were not already above (so they stop no job the order would not). One
+    that this started keeps its rank once it runs (its attained service would rank it below
+    the waiting jobs it went ahead of, which would stop it in the next round)."""
+    last = max((k for k, j in enumerate(rest) if j.is_running and j.id not in beyond), default=-1)
     tail = rest[last + 1 :]
     return rest[: last + 1] + [j for j in tail if j.id in beyond] + [j for j in tail if j.id not in beyond]
 

@@ -25,4 +25,4 @@ if [ "$fast" = 1 ]; then
     HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-fast} exec .venv/bin/python -m pytest -q \
         -n "${MOSAIC_TEST_WORKERS:-2}" -m "not live and not jobs and not slow" -p no:cacheprovider "$@"
 fi
-HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci} exec .venv/bin/python -m pytest -n "$workers" --dist worksteal "$@"
+HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci} exec .venv/bin/python -m pytest -n "$workers" --dist worksteal --durations=20 "$@"

@@ -12,7 +12,7 @@ same (linear scaling): no data, no preference.
 
 from __future__ import annotations
 
-from profiles.iteration import IterationModels
+from profiles.iteration import IterationModel, IterationModels
 from profiles.store import ProfileStore
 
 
@@ -23,16 +23,23 @@ class ScalingModel:
         self.store = store
         self.models = IterationModels()
 
+    def fitted(self, model: str, gpu_type: str, global_batch: int | None, gpus: int) -> IterationModel | None:
+        """The fitted iteration model :meth:`throughput` answers from at ``gpus``; ``None``
+        where it answers by the linear rule (no data, no batch, fewer examples than GPUs)."""
+        if gpus < 1 or global_batch is None or global_batch < gpus:
+            return None
+        return self.models.borrowed(self.store.resolve(model), gpu_type)
+
     def throughput(
         self, model: str, gpu_type: str, global_batch: int | None, gpus: int, nodes: int = 1
     ) -> float:
         """Samples per second on ``gpus`` GPUs over ``nodes`` servers (linear units without data)."""
         if gpus < 1:
             return 0.0
-        if global_batch is not None and global_batch >= gpus:
-            fitted = self.models.borrowed(self.store.resolve(model), gpu_type)
-            if fitted is not None:
-                return global_batch / fitted.iteration_s(global_batch / gpus, gpus, nodes)
+        fitted = self.fitted(model, gpu_type, global_batch, gpus)
+        if fitted is not None:
+            assert global_batch is not None
+            return global_batch / fitted.iteration_s(global_batch / gpus, gpus, nodes)
         return float(gpus)
 
     def speedup(

@@ -13,8 +13,9 @@ mechanism they build on, with a plain throughput rule (Pollux/Sia-style marginal
    below ``num_gpus``, down to ``min_gpus``, only to a job of higher priority.
 2. **Grow** placed elastic jobs (priority order) into free GPUs on their own nodes, one
    step at a time (counts the plan's ``tp x pp`` divides), while the fitted scaling model
-   (:mod:`profiles.scaling`: global batch fixed) says the next step raises throughput by
-   more than ``min_gain`` (a running job must gain enough to pay its relaunch).
+   (:mod:`profiles.scaling`: global batch fixed; corrected by what running jobs measured,
+   :mod:`profiles.scaling_correction`) says the next step raises throughput by more than
+   ``min_gain`` (a running job must gain enough to pay its relaunch).
 3. Every changed job gets the GPU-proportional CPUs and memory of its new GPUs and its plan
    rescaled to the new count (same global batch: ``dp`` and micro-batch x accumulation
    follow, :func:`planner.core.execplan.rescale`).
@@ -38,6 +39,7 @@ from planner.registry import StageContext
 from planner.slots import FreeSlots, consolidated_slots
 from planner.stages import RECONFIGURATIONS, Draft
 from profiles.scaling import ScalingModel
+from profiles.scaling_correction import scaling_for
 
 # Outcomes the placement gave jobs that can never run here: no GPU of their type, too big.
 _NEVER = frozenset({Outcome.INFEASIBLE, Outcome.NO_GPU_TYPE})
@@ -70,7 +72,7 @@ class ElasticAllocation:
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
         f = options_reader(options, "elastic allocation", ["min_gain"])
         gain = f.opt_float("min_gain")
-        return cls(ScalingModel(context.profiles), 0.1 if gain is None else gain, context.preemptive)
+        return cls(scaling_for(context.profiles), 0.1 if gain is None else gain, context.preemptive)
 
     def reconfigure(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft:
         if not any(j.elastic for j in ordered):

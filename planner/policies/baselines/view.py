@@ -19,7 +19,8 @@ plan would run. Once placed, a job runs at its best plan's speed (the simulator'
   replica does not fit;
 * any other model: the profile store's estimate, Gavel's measured per-type throughput
   ratio (:func:`profiles.speed.gpu_type_factor`) times the fitted data-parallel scaling
-  (:class:`profiles.scaling.ScalingModel`; linear without data). Units differ between
+  (:class:`profiles.scaling.ScalingModel`; linear without data; corrected by the running
+  jobs' measurements the store carries, :mod:`profiles.scaling_correction`). Units differ between
   models, so callers compare a job only with itself (ratios, normalised throughputs).
 
 Pure and memoised per instance (one instance per stage).
@@ -32,6 +33,7 @@ from planner.traces.crius import iteration_time, split_model
 from profiles.perfmodel.crius import CriusTable, builtin_crius
 from profiles.perfmodel.dp_memory import DpMemory, builtin_dp_memory
 from profiles.scaling import ScalingModel
+from profiles.scaling_correction import scaling_for
 from profiles.speed import gpu_type_factor
 from profiles.store import ProfileStore
 
@@ -48,7 +50,7 @@ class DpView:
         self.profiles = profiles
         self.table = builtin_crius() if table is None else table
         self.memory = builtin_dp_memory() if memory is None else memory
-        self.scaling = ScalingModel(profiles)
+        self.scaling: ScalingModel = scaling_for(profiles)
         self._memo: dict[tuple[object, ...], float] = {}
 
     def throughput(self, job: Job, gpu_type: str, gpus: int, *, dp_check: bool = True) -> float:

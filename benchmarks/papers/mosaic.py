@@ -68,7 +68,7 @@ MIX_PRESETS = ("rubick", "crius", "tesserae-t", "tiresias", "synergy-tune", "sjf
 MIX_LOADS = {"mix-20": 20.0, "mix-40": 40.0}  # jobs per hour on 64 GPUs
 # The mixes are also drawn with these seeds (cases mix-20-s2, ...; no ablations): one seed's
 # ratio moves by several percent from draw to draw.
-MIX_SEEDS = (2, 3, 4)
+MIX_SEEDS = (2, 3, 4, 5, 6, 7, 8)
 # mosaic without one mechanism each (sim flags), and with the sharing stage the default leaves out.
 ABLATIONS: dict[str, tuple[str, ...]] = {
     "no-guarantees": ("-o", "policy.guarantees=false"),

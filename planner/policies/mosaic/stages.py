@@ -8,20 +8,10 @@ Who owns which decision is :mod:`.rules`; this module carries it out.
 * :class:`MosaicReconfiguration` runs Rubick's joint allocation (§5) on the jobs Rubick
   decides, with the jobs Crius decides shown to it as they are (running ones rigid on their
   GPUs, waiting ones not at all), then Crius's Cell search (§6.1) on its jobs with every other
-  job's GPUs fixed (both again where Crius leaves waiting a job the placement placed whose GPUs
-  Rubick gave a lower-ranked waiting job, that job shown to Rubick rigid on the placement's
-  GPUs; and Rubick's again where Crius freed GPUs), then gives back CPUs and memory
+  job's GPUs fixed (and Rubick's again where Crius freed GPUs), then gives back CPUs and memory
   where the two took them from jobs the shaping stage (Synergy-Tune) had given more than their
   proportional share; it ends with keep-in-place, and Tune's CPUs and memory for the running
   jobs the round's later stages left on their own GPUs.
-
-  Keep-in-place's resume of a sharing pair that a later stage started again apart
-  (:func:`planner.policies.keep._resumed`) served rounds where Crius left waiting a job the
-  placement had stopped the pair for, and Rubick started the pair's members on that job's GPUs.
-  Since Rubick decides again in that case (:func:`_taken`), a search of over 20,000 random
-  rounds (several seeds, aimed at pairs started again apart) found no mosaic round where it
-  changes the plan: where a member is started apart, the job the pair was stopped for keeps
-  the pair's GPU, or the GPU the member leaves would stay idle.
 """
 
 from __future__ import annotations
@@ -119,13 +109,10 @@ class MosaicReconfiguration:
         crius_ids = {j.id for j in ordered if crius_decides(j, types)}
         shaped = draft
         if crius_ids:
-            ruled = self._rubick(snapshot, ordered, draft, crius_ids, set())
-            decided = self._crius(snapshot, ordered, ruled, crius_ids)
-            taken = _taken(ordered, draft, ruled, decided, crius_ids)
-            if taken:
-                ruled = self._rubick(snapshot, ordered, draft, crius_ids, taken)
-                decided = self._crius(snapshot, ordered, ruled, crius_ids)
-            draft = self._rubick_on_freed(snapshot, ordered, ruled, decided, crius_ids)
+            draft = self._rubick(snapshot, ordered, draft, crius_ids)
+            draft = self._rubick_on_freed(
+                snapshot, ordered, draft, self._crius(snapshot, ordered, draft, crius_ids), crius_ids
+            )
         else:
             draft = self.rubick.reconfigure(snapshot, ordered, draft)
         draft = _within_nodes(snapshot, ordered, self._reshape(snapshot, shaped, draft, crius_ids))
@@ -241,38 +228,18 @@ class MosaicReconfiguration:
                     out[job_id] = b
         return Draft(out, draft.outcomes)
 
-    def _rubick(
-        self,
-        snapshot: Snapshot,
-        ordered: Sequence[Job],
-        draft: Draft,
-        crius_ids: set[str],
-        reserved: set[str],
-    ) -> Draft:
-        """Rubick's round with Crius's running jobs rigid on their GPUs, the waiting ones of
-        ``reserved`` rigid on the GPUs the placement gave them (:func:`_taken`), and its other
-        waiting ones out."""
+    def _rubick(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft, crius_ids: set[str]) -> Draft:
+        """Rubick's round with Crius's running jobs rigid on their GPUs and its waiting ones out."""
         waiting = {j.id for j in ordered if j.id in crius_ids and not j.is_running}
-        placed = {i for i in waiting if i in reserved and i in draft.assignments}
-        hidden = waiting - placed
-        shown = [
-            _rigid(replace(j, num_gpus=draft.assignments[j.id].num_gpus))
-            if j.id in placed
-            else _rigid(j)
-            if j.id in crius_ids
-            else j
-            for j in ordered
-            if j.id not in hidden
-        ]
+        shown = [_rigid(j) if j.id in crius_ids else j for j in ordered if j.id not in waiting]
         by_id = {j.id: j for j in shown}
-        view = replace(snapshot, jobs=tuple(by_id.get(j.id, j) for j in snapshot.jobs if j.id not in hidden))
+        view = replace(snapshot, jobs=tuple(by_id.get(j.id, j) for j in snapshot.jobs if j.id not in waiting))
         kept = Draft(
-            {i: a for i, a in draft.assignments.items() if i not in hidden},
-            {i: o for i, o in draft.outcomes.items() if i not in hidden},
+            {i: a for i, a in draft.assignments.items() if i not in waiting},
+            {i: o for i, o in draft.outcomes.items() if i not in waiting},
         )
         done = self.rubick.reconfigure(view, shown, kept)
-        ours = hidden | {i for i in placed if i in done.assignments}
-        outcomes = {**done.outcomes, **{i: o for i, o in draft.outcomes.items() if i in ours}}
+        outcomes = {**{i: o for i, o in draft.outcomes.items() if i in waiting}, **done.outcomes}
         return Draft(done.assignments, outcomes)
 
     def _rubick_on_freed(
@@ -323,26 +290,6 @@ class MosaicReconfiguration:
             {j.id: done.assignments[j.id] for j in ordered if j.id in done.assignments},
             {**draft.outcomes, **done.outcomes},
         )
-
-
-def _taken(
-    ordered: Sequence[Job], placed: Draft, ruled: Draft, decided: Draft, crius_ids: set[str]
-) -> set[str]:
-    """The waiting jobs Crius decides that the placement placed and Crius's round leaves
-    waiting, where Rubick's round (which does not see them) gave a GPU the placement gave one
-    to a job that waited and ranks below it. The next round's placement would give it GPUs
-    again, stopping a running job for it where none is free: Rubick decides again with these
-    jobs on the placement's GPUs, for Crius to decide."""
-    rank = {j.id: k for k, j in enumerate(ordered)}
-    holder = {slot: i for i, a in ruled.assignments.items() if i not in placed.assignments for slot in a.gpus}
-    out = set()
-    for j in ordered:
-        a = placed.assignments.get(j.id)
-        if j.id not in crius_ids or j.is_running or a is None or j.id in decided.assignments:
-            continue
-        if any((t := holder.get(slot)) is not None and rank[t] > rank[j.id] for slot in a.gpus):
-            out.add(j.id)
-    return out
 
 
 def _applied(snapshot: Snapshot, assignments: Mapping[str, Assignment]) -> Snapshot:

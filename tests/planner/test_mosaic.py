@@ -380,8 +380,7 @@ def test_a_sharing_pair_rubick_starts_again_apart_resumes_together() -> None:
 @pytest.mark.xfail(strict=True, reason="the packing runs before the reconfiguration that starts a host")
 def test_a_host_the_reconfiguration_starts_is_shared_in_the_same_round() -> None:
     # Rubick starts 13 on a GPU Crius freed (6 takes fewer), after the packing ran: the next
-    # round's packing pairs 12 onto 13, and with a pair in the round the shaping gives every
-    # job its proportional share (1 and 8 reshaped).
+    # round's packing pairs 12 onto 13, which then has half its GPU's share.
     jobs = [_job(i) for i in (4, 5, 7, 9, 10)]
     jobs += [
         _job(0, time_limit_s=600.0),

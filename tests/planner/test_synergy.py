@@ -319,3 +319,22 @@ def test_tune_does_not_keep_a_running_share_of_fewer_cpus_than_gpus():
     plan = plan_round(Snapshot(1000.0, nodes, (job,)), scheduler("synergy-tune"))
     assert plan.assignments["1"].gpus == (("n0", 0), ("n0", 1))
     assert plan.assignments["1"].cpus >= 2
+
+
+def test_tune_shapes_the_jobs_beside_a_sharing_pair_as_without_it() -> None:
+    # A pair on GPU 1 splits that GPU's proportional share (3 CPUs: 1 each, rounded down); the
+    # resnet18 beside it still gets its best case (9 CPUs, §3.2), as in a round without a pair,
+    # rather than every job on the cluster falling back to its proportional share.
+    jobs = [make_job(1, model="resnet18"), make_job(2, model="lstm"), make_job(3, model="lstm")]
+    snapshot = make_snapshot(servers(1), jobs)
+    pair = (("s1", 1),)
+    assigned = {
+        "1": Assignment((("s1", 0),), 0, 0.0),
+        "2": Assignment(pair, 0, 0.0, shares_with=("3",)),
+        "3": Assignment(pair, 0, 0.0, shares_with=("2",)),
+    }
+    shaped = _tune_shape(snapshot, assigned, []).assignments
+    assert shaped["1"].cpus == 9
+    assert shaped["2"].cpus == shaped["3"].cpus == 1
+    assert shaped["2"].shares_with == ("3",)
+    assert plan_violations(snapshot, RoundPlan(assignments=shaped), 2) == []

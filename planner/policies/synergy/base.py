@@ -5,9 +5,10 @@ The placement stage chose the round's *runnable set* by GPU demand alone (Synerg
 that set along GPUs, CPUs and memory. Running jobs the placement kept on their GPUs
 keep them (the lease renewal of §4.3); only their CPUs and memory may change.
 
-Synergy assumes one job per GPU. A draft with packed (GPU-sharing) jobs is shaped
-GPU-proportionally instead, so combining a Synergy mechanism with a packing stage is
-safe but gains nothing.
+Synergy assumes one job per GPU. In a draft with packed (GPU-sharing) jobs, the jobs
+that share split their GPUs' proportional share evenly and keep those GPUs; the mechanism
+shapes every other job as it would without them, from the CPUs and memory the pairs leave.
+(A pair forming no longer sets every job on the cluster back to its proportional share.)
 """
 
 from __future__ import annotations
@@ -125,11 +126,33 @@ class SynergyShaping:
         return cls(f.opt_float("tolerance", minimum=0.0) or DEFAULT_TOLERANCE, context.profiles)
 
     def shape(self, snapshot: Snapshot, draft: Draft) -> Draft:
-        if any(a.shares_with for a in draft.assignments.values()):
-            return ProportionalShaping().shape(snapshot, draft)
+        shared = {i: a for i, a in draft.assignments.items() if a.shares_with}
+        if shared:
+            return self._beside_pairs(snapshot, draft, shared)
         rnd = self._round(snapshot, draft)
         self.allocate(rnd)
         return self._draft(rnd, draft)
+
+    def _beside_pairs(self, snapshot: Snapshot, draft: Draft, shared: Mapping[str, Assignment]) -> Draft:
+        """Jobs that share GPUs split their GPUs' proportional share evenly (SJF-BSBF §IV packs
+        them by GPU time; neither paper shapes a pair's CPUs); every other job is shaped as
+        without pairs, from what the pairs leave, their GPUs held."""
+        split = ProportionalShaping().shape(snapshot, Draft(dict(shared), {})).assignments
+        rest = Draft({i: a for i, a in draft.assignments.items() if i not in shared}, draft.outcomes)
+        rnd = self._round(snapshot, rest)
+        pool = rnd.pool
+        for a in split.values():
+            for node, cpus, mem_gb in a.node_shares():
+                pool.free_cpus[node] -= cpus
+                pool.free_mem[node] -= mem_gb
+        for node, k in {slot for a in split.values() for slot in a.gpus}:
+            pool.free_gpus[node].discard(k)
+        self.allocate(rnd)
+        out = self._draft(rnd, rest)
+        merged = {**out.assignments, **split}
+        ordered = [i for i in draft.assignments if i in merged]
+        ordered += [i for i in merged if i not in draft.assignments]  # started by the shaping
+        return Draft({i: merged[i] for i in ordered}, out.outcomes)
 
     def allocate(self, rnd: Round) -> None:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -76,9 +76,9 @@ def total(sharing: bool, draws: int, seeds: range) -> dict[str, Any]:
 
 def seed_range(text: str) -> range:
     """``A-B`` (both included) or one seed ``A``."""
-    first, _, last = text.partition("-")
+    first, dash, last = text.partition("-")
     try:
-        a, b = int(first), int(last or first)
+        a, b = int(first), int(last if dash else first)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected A-B or A, got {text!r}") from None
     if b < a:

@@ -140,13 +140,8 @@ class SynergyShaping:
         split = ProportionalShaping().shape(snapshot, Draft(dict(shared), {})).assignments
         rest = Draft({i: a for i, a in draft.assignments.items() if i not in shared}, draft.outcomes)
         rnd = self._round(snapshot, rest)
-        pool = rnd.pool
         for a in split.values():
-            for node, cpus, mem_gb in a.node_shares():
-                pool.free_cpus[node] -= cpus
-                pool.free_mem[node] -= mem_gb
-        for node, k in {slot for a in split.values() for slot in a.gpus}:
-            pool.free_gpus[node].discard(k)
+            rnd.pool.set_aside(a)
         self.allocate(rnd)
         out = self._draft(rnd, rest)
         merged = {**out.assignments, **split}

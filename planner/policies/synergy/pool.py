@@ -66,6 +66,15 @@ class Pool:
         for node, k in self.reserved.pop(job_id, ()):
             self.free_gpus[node].add(k)
 
+    def set_aside(self, a: Assignment) -> None:
+        """Take ``a``'s GPUs, CPUs and memory out of the pool for good (a job no mechanism
+        shapes, such as one sharing its GPUs); its GPUs may be set aside already by a partner."""
+        for node, k in a.gpus:
+            self.free_gpus[node].discard(k)
+        for node, cpus, mem_gb in a.node_shares():
+            self.free_cpus[node] -= cpus
+            self.free_mem[node] -= mem_gb
+
     def free_gpu_count(self) -> int:
         return sum(len(free) for free in self.free_gpus.values())
 

@@ -119,7 +119,10 @@ def test_slurmctld_stopped_mid_round_and_restarted_loses_nothing(live, tmp_path,
     assert again.ok, again.to_json()
     store = Store(config.store_path)
     assert store.unfinished_round() is None
-    wait_started(config, late)
+    # A restarted slurmctld refuses updates to a job until slurmdbd has given it the job's
+    # accounting index ("the DB index is being set"), which can take minutes on a loaded
+    # machine: the start then fails and the next tick plans it again, as the daemon would.
+    _tick_until(ctl, lambda: bool(starts(config, late)), timeout_s=300.0)
     held = [j for j, s in jobs(config).items() if j in first and s.held]
     assert len(held) <= 1  # the preempted job waits, held, for GPUs
     # The late job ends: the preempted one resumes; nothing stays held, nothing FAILED.

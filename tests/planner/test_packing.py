@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from planner import plan_round
@@ -260,3 +262,41 @@ def test_a_job_that_fits_a_node_is_not_packed_onto_a_spread_partner():
     snapshot = make_snapshot(nodes, [wide, pending])
     plan = plan_round(snapshot, scheduler("fifo", packing="tesserae"))
     assert "p" not in plan.assignments or len(plan.assignments["p"].per_node) == 1
+
+
+def tesserae_rigid(**options):
+    from planner.policies.mosaic.stages import TesseraeRigidPacking
+
+    return TesseraeRigidPacking.from_options(options, StageContext(STORE))
+
+
+def test_mosaics_tesserae_packing_pairs_only_rigid_best_effort_jobs():
+    # One V100 node with 2 GPUs both taken; recommendation(2048) gains beside either placed
+    # job, most beside one, which is kept out of pairing when it is guaranteed or elastic.
+    nodes = make_nodes(1, gpus=2, gpu_type="v100")
+    pending = make_job("p", 1, submit=2, model="recommendation", batch_size=2048)
+    placed = [
+        make_job("r", 1, model="resnet18", batch_size=128),
+        make_job("t", 1, submit=1, model="transformer", batch_size=64),
+    ]
+    assert (
+        min(
+            combined(("resnet18", 128), ("recommendation", 2048)),
+            combined(("transformer", 64), ("recommendation", 2048)),
+        )
+        > 1.3
+    )
+    best = pack(tesserae(), nodes, [*placed, pending]).assignments["p"].shares_with[0]
+    other = next(j.id for j in placed if j.id != best)
+    for kept_out in ({"guaranteed": True, "tenant": "a"}, {"min_gpus": 1, "max_gpus": 2}):
+        jobs = [replace(j, **kept_out) if j.id == best else j for j in placed]
+        draft = pack(tesserae_rigid(), nodes, [*jobs, pending])
+        assert draft.assignments["p"].shares_with == (other,)
+        assert draft.assignments[best].shares_with == ()
+    # A guaranteed pending job is never a guest.
+    guest = replace(pending, guaranteed=True, tenant="a")
+    assert "p" not in pack(tesserae_rigid(), nodes, [*placed, guest]).assignments
+    # Only rigid best-effort jobs: the same pairs as Tesserae's own packing.
+    assert pack(tesserae_rigid(), nodes, [*placed, pending]).assignments == (
+        pack(tesserae(), nodes, [*placed, pending]).assignments
+    )

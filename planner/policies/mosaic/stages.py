@@ -25,6 +25,7 @@ from planner.policies.common import options_reader
 from planner.policies.crius.policy import CriusAllocation
 from planner.policies.keep import keep_in_place, movable
 from planner.policies.mosaic.rules import cluster_types, crius_decides, shares_gpus
+from planner.policies.packing import TesseraePacking
 from planner.policies.rubick.allocation import RubickAllocation
 from planner.policies.shaping import proportional_share
 from planner.policies.sharing import BestSharingBenefitFirst
@@ -33,25 +34,26 @@ from planner.stages import PACKINGS, RECONFIGURATIONS, SHAPINGS, Draft, Shaping
 from planner.validate import node_usage, over_committed
 
 
-@PACKINGS.register("bsbf-rigid")
 @dataclass(frozen=True)
-class MosaicPacking:
-    """SJF-BSBF's packing over rigid best-effort jobs only (options: ``bsbf``'s)."""
+class RigidOnlyPacking:
+    """A packing shown only the jobs :func:`shares_gpus` allows to pair (rigid best-effort
+    jobs, as guests and as hosts); every other job keeps the placement's GPUs."""
 
-    inner: BestSharingBenefitFirst
+    inner: BestSharingBenefitFirst | TesseraePacking
     max_jobs_per_gpu: ClassVar[int] = 2
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
-        return cls(BestSharingBenefitFirst.from_options(options, context))
 
     def pack(self, snapshot: Snapshot, ordered: Sequence[Job], draft: Draft) -> Draft:
         others = {j.id for j in ordered if not shares_gpus(j)}
         if len(others) == len(ordered):
             return draft
-        # A running job the placement stopped is a waiting one to the packing: it would be one
-        # in the next round, which must find nothing new to do (re-planning changes nothing).
-        stopped = {j.id: _waiting(j) for j in ordered if j.is_running and j.id not in draft.assignments}
+        # A running job the placement stopped is a waiting one to SJF-BSBF's packing: it would
+        # be one in the next round, which must find nothing new to do (re-planning changes
+        # nothing). Tesserae's matching weighs a stopped job's own GPUs (its keep bonus).
+        stopped = (
+            {j.id: _waiting(j) for j in ordered if j.is_running and j.id not in draft.assignments}
+            if isinstance(self.inner, BestSharingBenefitFirst)
+            else {}
+        )
         mine = [stopped.get(j.id, j) for j in ordered if j.id not in others]
         if stopped:
             snapshot = replace(snapshot, jobs=tuple(stopped.get(j.id, j) for j in snapshot.jobs))
@@ -61,6 +63,28 @@ class MosaicPacking:
             return draft
         merged = {**draft.assignments, **packed.assignments}
         return Draft({j.id: merged[j.id] for j in ordered if j.id in merged}, packed.outcomes)
+
+
+@PACKINGS.register("bsbf-rigid")
+@dataclass(frozen=True)
+class MosaicPacking(RigidOnlyPacking):
+    """SJF-BSBF's wise sharing (Theorem 1, §IV) over rigid best-effort jobs (options: ``bsbf``'s)."""
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
+        return cls(BestSharingBenefitFirst.from_options(options, context))
+
+
+@PACKINGS.register("tesserae-rigid")
+@dataclass(frozen=True)
+class TesseraeRigidPacking(RigidOnlyPacking):
+    """Tesserae's packing (maximum-weight matching of pending onto placed jobs by measured
+    co-location throughput, Tesserae Algorithm 4) over rigid best-effort jobs (options:
+    ``tesserae``'s)."""
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
+        return cls(TesseraePacking.from_options(options, context))
 
 
 @RECONFIGURATIONS.register("mosaic")

@@ -82,7 +82,14 @@ ABLATIONS: dict[str, tuple[str, ...]] = {
     "no-over-quota-first": ("-o", "policy.over_quota_first=false"),
     "crius-arrival-queue": ("-o", 'reconfiguration.crius={queue="arrival"}'),
     "with-sharing": ("--placement", "shared-consolidated", "--packing", "bsbf-rigid"),
-    "with-tesserae-packing": ("--packing", "tesserae-rigid"),
+    "with-tesserae-packing": (
+        "--placement",
+        "shared-consolidated",
+        "-o",
+        "placement.dissolve=true",
+        "--packing",
+        "tesserae-rigid",
+    ),
 }
 # Cases of rigid jobs without declared time limits, where Tesserae's packing is what the
 # paper's preset has and mosaic's default has not: mosaic with it is run beside them too.

@@ -38,7 +38,9 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from planner.core.model import Assignment, GpuSlot, Job, Outcome, Snapshot
+from planner.core.errors import ConfigError
+from planner.core.fields import Fields
+from planner.core.model import Assignment, GpuSlot, Job, JobState, Outcome, Snapshot
 from planner.policies.common import id_key, options_reader, remaining_estimate_s
 from planner.policies.placement import ConsolidatedPlacement
 from planner.registry import StageContext
@@ -618,14 +620,23 @@ class SharedConsolidatedPlacement:
     (or not at all when there are none), so those stay reserved; afterwards the guest
     gets its full GPU set back, sharing with whoever kept the rest, provided each of its
     shared GPUs holds exactly one kept job; otherwise it waits (only a preemptive policy
-    gets there). Options: those of ``consolidated``.
+    gets there). Options: those of ``consolidated``, and ``dissolve`` (false): a guest that
+    shares all its GPUs moves to GPUs of its own where, the round placed, enough are idle
+    for it (the consolidated placement's best fit), and its hosts run alone again.
     """
 
     inner: ConsolidatedPlacement
+    dissolve: bool = False
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
-        return cls(ConsolidatedPlacement.from_options(options, context))
+        inner = {k: v for k, v in options.items() if k != "dissolve"}
+        f = Fields(
+            {k: v for k, v in options.items() if k == "dissolve"},
+            "options of shared-consolidated placement",
+            ConfigError,
+        )
+        return cls(ConsolidatedPlacement.from_options(inner, context), f.flag("dissolve", False))
 
     def next_wakeup_s(self, time_s: float) -> float | None:
         return self.inner.next_wakeup_s(time_s)
@@ -669,8 +680,48 @@ class SharedConsolidatedPlacement:
                 old = previous[p]
                 keep_old = old is not None and _same_sharing(old, pa, mates)
                 assignments[p] = old if keep_old and old is not None else _with_partners(pa, mates)
+        if self.dissolve:
+            _dissolve(snapshot, ordered, guests, assignments, outcomes)
         ordered_assignments = {j.id: assignments[j.id] for j in ordered if j.id in assignments}
         return Draft(assignments=ordered_assignments, outcomes=outcomes)
+
+
+def _dissolve(
+    snapshot: Snapshot,
+    ordered: Sequence[Job],
+    guests: Mapping[str, tuple[Job, tuple[GpuSlot, ...]]],
+    assignments: dict[str, Assignment],
+    outcomes: dict[str, Outcome],
+) -> None:
+    """Moves each kept guest that shares all its GPUs onto idle GPUs of its own, where the
+    consolidated placement (fresh, not sticky to anything) finds them once every other job
+    of the round holds what it was given; its hosts drop it from ``shares_with``."""
+    lone = [
+        replace(job, state=JobState.PENDING, assignment=None)
+        for job, own in guests.values()
+        if not own and job.id in assignments and outcomes.get(job.id) is Outcome.KEPT
+    ]
+    if not lone:
+        return
+    lone_ids = {j.id for j in lone}
+    held = [
+        replace(j, state=JobState.RUNNING, assignment=assignments[j.id])
+        for j in ordered
+        if j.id in assignments and j.id not in lone_ids
+    ]
+    # Holders first, sticky on what they hold; the guests after them take only what is idle.
+    fresh = ConsolidatedPlacement(backfill=True)
+    moved = fresh.place(replace(snapshot, jobs=tuple(held + lone)), held + lone).assignments
+    for job in lone:
+        new = moved.get(job.id)
+        if new is None:
+            continue
+        old = assignments[job.id]
+        for p in old.shares_with:
+            pa = assignments[p]
+            assignments[p] = _with_partners(pa, tuple(o for o in pa.shares_with if o != job.id))
+        assignments[job.id] = Assignment(new.gpus, old.cpus, old.mem_gb, old.plan)
+        outcomes[job.id] = Outcome.MOVED
 
 
 def _guests(ordered: Sequence[Job]) -> dict[str, tuple[Job, tuple[GpuSlot, ...]]]:

@@ -289,3 +289,52 @@ def test_a_guest_whose_host_finished_keeps_its_gpus_and_nobody_takes_them():
     assert plan.assignments["g"].gpus == g_gpus and plan.assignments["g"].shares_with == ("b",)
     assert plan.assignments["b"].shares_with == ("g",)
     assert plan.assignments["new"].gpus == (("n1", 3),)
+
+
+def _pair_on_n1_0_with_n1_1_idle(nodes):
+    """Host "h" and guest "g" share n1/0 of a 2-GPU node; n1/1 is idle."""
+    h = make_job("h", 1, model="resnet18", batch_size=128)
+    g = make_job("g", 1, submit=5, model="resnet18", batch_size=128)
+    slot = (("n1", 0),)
+    h = replace(running(h, list(slot)), assignment=Assignment(slot, 2, 8.0, None, ("g",)))
+    g = replace(running(g, list(slot)), assignment=Assignment(slot, 2, 8.0, None, ("h",)))
+    return [h, g]
+
+
+def shared_consolidated(**options):
+    from planner.policies.sharing import SharedConsolidatedPlacement
+    from planner.registry import StageContext
+
+    return SharedConsolidatedPlacement.from_options(options, StageContext(STORE))
+
+
+def test_a_guest_moves_to_an_idle_gpu_of_its_own_only_when_told_to_dissolve():
+    nodes = make_nodes(1, gpus=2)
+    jobs = _pair_on_n1_0_with_n1_1_idle(nodes)
+    snapshot = make_snapshot(nodes, jobs)
+    kept = shared_consolidated().place(snapshot, jobs)
+    assert kept.assignments["g"].shares_with == ("h",) and kept.assignments["h"].shares_with == ("g",)
+    apart = shared_consolidated(dissolve=True).place(snapshot, jobs)
+    assert apart.assignments["g"].gpus == (("n1", 1),) and apart.assignments["g"].shares_with == ()
+    assert apart.outcomes["g"] is Outcome.MOVED
+    assert apart.assignments["h"].gpus == (("n1", 0),) and apart.assignments["h"].shares_with == ()
+    # No idle GPU (a third job holds n1/1): the pair stays together.
+    other = running(make_job("o", 1, model="resnet50", batch_size=64), [("n1", 1)])
+    busy = [*jobs, other]
+    full = shared_consolidated(dissolve=True).place(make_snapshot(nodes, busy), busy)
+    assert full.assignments["g"].shares_with == ("h",) and full.assignments["h"].shares_with == ("g",)
+
+
+def test_a_waiting_job_takes_the_idle_gpu_before_a_guest_moves_there():
+    nodes = make_nodes(1, gpus=2)
+    jobs = [*_pair_on_n1_0_with_n1_1_idle(nodes), make_job("w", 1, submit=9, model="resnet50", batch_size=64)]
+    draft = shared_consolidated(dissolve=True).place(make_snapshot(nodes, jobs), jobs)
+    assert draft.assignments["w"].gpus == (("n1", 1),)
+    assert draft.assignments["g"].shares_with == ("h",)
+
+
+def test_dissolve_must_be_a_flag():
+    with pytest.raises(ConfigError, match="dissolve"):
+        shared_consolidated(dissolve="yes")
+    with pytest.raises(ConfigError, match="bogus"):
+        shared_consolidated(bogus=1)

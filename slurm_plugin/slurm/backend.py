@@ -28,6 +28,11 @@ UPDATE_BUSY = "try again in a bit"
 index from slurmdbd ("Job update not available right now, the DB index is being set, try
 again in a bit"): the update is refused for seconds, then accepted."""
 UPDATE_BUSY_TRIES = 10  # one second apart
+UPDATE_BUSY_QUIET_S = 60.0
+"""After an update was refused as busy :data:`UPDATE_BUSY_TRIES` times, other updates refused
+as busy within this many seconds are not tried again (each refusal takes slurmctld up to 5 s):
+a restarted slurmctld would otherwise hold a round for a minute per job. The next round plans
+them again."""
 """Running jobs not seen before read one by one with ``scontrol`` up to this many."""
 
 RunKey = tuple[str, float | None, tuple[str, ...]]
@@ -69,6 +74,8 @@ class CliSlurm:
         self._indices: dict[RunKey, tuple[tuple[str, tuple[int, ...]], ...]] = {}
         self._parsed: dict[tuple[str, ...], parse.SlurmJob] = {}  # parse_squeue_text's reuse
         self.sleep: Callable[[float], None] = time.sleep
+        self.clock: Callable[[], float] = time.monotonic
+        self._busy_gave_up_at: float | None = None
 
     def _run(self, argv: list[str], extra_env: Mapping[str, str] | None = None) -> str:
         env = {**self.env, **(extra_env or {})}
@@ -125,13 +132,21 @@ class CliSlurm:
 
     def update(self, job_ids: Sequence[str], fields: Mapping[str, str]) -> None:
         """``scontrol update``; refused as busy (:data:`UPDATE_BUSY`), it is tried again up to
-        :data:`UPDATE_BUSY_TRIES` times: the same update, so trying again changes nothing else."""
+        :data:`UPDATE_BUSY_TRIES` times: the same update, so trying again changes nothing else.
+        Not tried again within :data:`UPDATE_BUSY_QUIET_S` of an update that was."""
         for attempt in range(UPDATE_BUSY_TRIES):
             try:
                 self._run(commands.update_job(job_ids, fields))
+                self._busy_gave_up_at = None
                 return
             except SlurmCommandError as e:
-                if UPDATE_BUSY not in e.stderr or attempt == UPDATE_BUSY_TRIES - 1:
+                if UPDATE_BUSY not in e.stderr:
+                    raise
+                gave_up = self._busy_gave_up_at
+                if gave_up is not None and self.clock() - gave_up < UPDATE_BUSY_QUIET_S:
+                    raise
+                if attempt == UPDATE_BUSY_TRIES - 1:
+                    self._busy_gave_up_at = self.clock()
                     raise
                 self.sleep(1.0)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from slurm_plugin.slurm import backend
-from slurm_plugin.slurm.backend import UPDATE_BUSY_TRIES, CliSlurm
+from slurm_plugin.slurm.backend import UPDATE_BUSY_QUIET_S, UPDATE_BUSY_TRIES, CliSlurm
 from slurm_plugin.slurm.runner import SlurmCommandError
 
 # What Slurm 22.05's scontrol printed in the test cluster right after slurmctld restarted
@@ -17,7 +17,9 @@ class Busy(CliSlurm):
     def __init__(self, busy: int, stderr: str = BUSY) -> None:
         super().__init__()
         self.busy, self.stderr, self.calls, self.slept = busy, stderr, 0, []
+        self.now = 0.0
         self.sleep = self.slept.append
+        self.clock = lambda: self.now
 
     def _run(self, argv, extra_env=None):  # type: ignore[no-untyped-def]
         self.calls += 1
@@ -42,3 +44,23 @@ def test_busy_for_too_long_or_another_error_is_raised() -> None:
         other.update(["22"], {"Gres": "gpu:4"})
     assert other.calls == 1 and other.slept == []
     assert backend.UPDATE_BUSY in BUSY
+
+
+def test_after_an_update_gave_up_busy_others_are_not_tried_again_for_a_while() -> None:
+    cli = Busy(busy=UPDATE_BUSY_TRIES + 1)
+    with pytest.raises(SlurmCommandError, match="try again in a bit"):
+        cli.update(["22"], {"Gres": "gpu:4"})
+    assert cli.calls == UPDATE_BUSY_TRIES
+    # Another job's update in the same round: refused once, raised at once (next round plans it).
+    cli.now = UPDATE_BUSY_QUIET_S - 1
+    with pytest.raises(SlurmCommandError, match="try again in a bit"):
+        cli.update(["23"], {"Gres": "gpu:4"})
+    assert cli.calls == UPDATE_BUSY_TRIES + 1
+    # Past the quiet time it is tried again as before, and accepted.
+    cli.busy, cli.now = cli.calls + 2, UPDATE_BUSY_QUIET_S + 1
+    cli.update(["23"], {"Gres": "gpu:4"})
+    assert cli.calls == UPDATE_BUSY_TRIES + 4
+    # An accepted update ends the quiet time at once.
+    cli.busy = cli.calls + 1
+    cli.update(["24"], {"Gres": "gpu:4"})
+    assert cli.calls == UPDATE_BUSY_TRIES + 6

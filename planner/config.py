@@ -212,10 +212,12 @@ PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(
         # guaranteed jobs within their tenant's quota first, then 2D-LAS with declared time
         # limits as a bound (never the true run times); CPUs and memory by Synergy-Tune; plans
         # and resources by Rubick, GPU types and counts by Crius, each for the jobs it fits;
-        # Tesserae's relabelling last. Wise sharing of rigid best-effort jobs (SJF-BSBF's
-        # Theorem 1) is the stage ``bsbf-rigid`` (--placement shared-consolidated --packing
-        # bsbf-rigid), not yet in the default: on the demo trace it raises the average JCT
-        # (66,548 s against 61,747 s without it).
+        # Tesserae's relabelling last. Sharing of rigid best-effort jobs is not in the default:
+        # SJF-BSBF's Theorem 1 is the stage ``bsbf-rigid`` (--placement shared-consolidated
+        # --packing bsbf-rigid; on the demo trace it raises the average JCT, 66,548 s against
+        # 61,747 s), Tesserae's matching ``tesserae-rigid`` (with -o placement.dissolve=true:
+        # 57,060 s on the demo, but more restarts and slower guaranteed jobs on the mixes, and
+        # live it needs jobs submitted on gres/shard).
         "mosaic": SchedulerConfig(
             name="mosaic",
             policy="mosaic",

@@ -4,10 +4,10 @@ The property test ``tests/planner/test_mosaic.py::test_mosaic_replanning_an_appl
 draws a few dozen rounds per CI run (with the sharing stage on). This draws ``--draws`` rounds
 for each Hypothesis seed of ``--seeds`` with the same strategy, plans each, applies the plan
 with no time passing and plans again, and counts the draws whose second round gives other GPUs,
-or the same GPUs with other CPUs or memory: for the default preset and with the sharing stage
-on. Rounds that change are rare and cluster around a few seeds' examples (Hypothesis draws
-variations of an example it found interesting), so one seed says little: the count is over
-many.
+or the same GPUs with other CPUs or memory: for the default preset, and with each packing
+stage it leaves out (SJF-BSBF's sharing, Tesserae's packing with pairs dissolved). Rounds that
+change are rare and cluster around a few seeds' examples (Hypothesis draws variations of an
+example it found interesting), so one seed says little: the count is over many.
 
     .venv/bin/python -m benchmarks.soak.replan_stress_mosaic [--draws 300] [--seeds 100-159]
 """
@@ -28,19 +28,31 @@ from planner.pipeline import Scheduler
 from tests.builders import profiles
 from tests.planner.test_mosaic import TENANTS, _applied, snapshots
 
+# The default preset, and with each packing stage it leaves out (as the mosaic benchmark runs them).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "sharing": {"placement": "shared-consolidated", "packing": "bsbf-rigid"},
+    "tesserae-packing": {
+        "placement": "shared-consolidated",
+        "packing": "tesserae-rigid",
+        "options": {"placement": {"dissolve": True}},
+    },
+}
 
-def scheduler(sharing: bool) -> Scheduler:
+
+def scheduler(variant: str) -> Scheduler:
     config = replace(preset("mosaic"), tenants=TENANTS)
-    if sharing:
-        config = replace(config, placement="shared-consolidated", packing="bsbf-rigid")
-    return build_scheduler(config, profiles())
+    fields = dict(VARIANTS[variant])
+    if "options" in fields:
+        fields["options"] = {**config.options, **fields["options"]}
+    return build_scheduler(replace(config, **fields), profiles())
 
 
-def count(sharing: bool, draws: int, at_seed: int) -> dict[str, Any]:
+def count(variant: str, draws: int, at_seed: int) -> dict[str, Any]:
     counts = {"seed": at_seed, "draws": 0, "gpus_changed": 0, "cpus_or_memory_changed": 0}
 
     def check(snapshot: Any) -> None:
-        sched = scheduler(sharing)
+        sched = scheduler(variant)
         first = plan_round(snapshot, sched)
         second = plan_round(_applied(snapshot, first), sched)
         counts["draws"] += 1
@@ -57,13 +69,14 @@ def count(sharing: bool, draws: int, at_seed: int) -> dict[str, Any]:
     return counts
 
 
-def total(sharing: bool, draws: int, seeds: range) -> dict[str, Any]:
+def total(variant: str, draws: int, seeds: range) -> dict[str, Any]:
     """:func:`count` over ``seeds``: the sums, and the seeds whose draws changed."""
     started = time.perf_counter()
-    rows = [count(sharing, draws, s) for s in seeds]
+    rows = [count(variant, draws, s) for s in seeds]
     changed = [r for r in rows if r["gpus_changed"] or r["cpus_or_memory_changed"]]
     return {
-        "sharing": sharing,
+        "variant": variant,
+        "sharing": variant != "default",
         "seeds": len(rows),
         "draws": sum(r["draws"] for r in rows),
         "gpus_changed": sum(r["gpus_changed"] for r in rows),
@@ -92,7 +105,7 @@ def main() -> None:
     p.add_argument("--seeds", type=seed_range, default=seed_range("100-159"), help="A-B, both included")
     p.add_argument("--name", default="replan_stress_mosaic", help="result file name")
     args = p.parse_args()
-    rows = [total(sharing, args.draws, args.seeds) for sharing in (False, True)]
+    rows = [total(variant, args.draws, args.seeds) for variant in VARIANTS]
     for row in rows:
         print({k: v for k, v in row.items() if k != "by_seed"}, flush=True)
     seeds = f"{args.seeds.start}-{args.seeds.stop - 1}"

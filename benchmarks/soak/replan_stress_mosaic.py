@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from benchmarks.common import write_result
 from planner import plan_round
 from planner.config import build_scheduler, preset
+from planner.core.model import Snapshot
 from planner.pipeline import Scheduler
 from tests.builders import profiles
 from tests.planner.test_mosaic import TENANTS, _applied, snapshots
@@ -48,19 +49,28 @@ def scheduler(variant: str) -> Scheduler:
     return build_scheduler(replace(config, **fields), profiles())
 
 
+def replanned_change(snapshot: Snapshot, sched: Scheduler) -> str | None:
+    """What planning ``snapshot``'s round again, applied with no time passing, changes:
+    ``"gpus_changed"``, ``"cpus_or_memory_changed"`` or nothing (``None``)."""
+    first = plan_round(snapshot, sched)
+    second = plan_round(_applied(snapshot, first), sched)
+    if {k: a.gpus for k, a in second.assignments.items()} != {
+        k: a.gpus for k, a in first.assignments.items()
+    }:
+        return "gpus_changed"
+    if second.assignments != first.assignments:
+        return "cpus_or_memory_changed"
+    return None
+
+
 def count(variant: str, draws: int, at_seed: int) -> dict[str, Any]:
     counts = {"seed": at_seed, "draws": 0, "gpus_changed": 0, "cpus_or_memory_changed": 0}
 
     def check(snapshot: Any) -> None:
-        sched = scheduler(variant)
-        first = plan_round(snapshot, sched)
-        second = plan_round(_applied(snapshot, first), sched)
         counts["draws"] += 1
-        gpus = {k: a.gpus for k, a in first.assignments.items()}
-        if {k: a.gpus for k, a in second.assignments.items()} != gpus:
-            counts["gpus_changed"] += 1
-        elif second.assignments != first.assignments:
-            counts["cpus_or_memory_changed"] += 1
+        change = replanned_change(snapshot, scheduler(variant))
+        if change is not None:
+            counts[change] += 1
 
     test = settings(
         max_examples=draws, deadline=None, suppress_health_check=list(HealthCheck), database=None

@@ -630,13 +630,11 @@ class SharedConsolidatedPlacement:
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
-        inner = {k: v for k, v in options.items() if k != "dissolve"}
-        f = Fields(
-            {k: v for k, v in options.items() if k == "dissolve"},
-            "options of shared-consolidated placement",
-            ConfigError,
+        dissolve = Fields(options, "options of shared-consolidated placement", ConfigError).flag(
+            "dissolve", False
         )
-        return cls(ConsolidatedPlacement.from_options(inner, context), f.flag("dissolve", False))
+        inner = {k: v for k, v in options.items() if k != "dissolve"}
+        return cls(ConsolidatedPlacement.from_options(inner, context), dissolve)
 
     def next_wakeup_s(self, time_s: float) -> float | None:
         return self.inner.next_wakeup_s(time_s)

@@ -23,6 +23,7 @@ DETAIL_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED"})
 """States whose ``squeue --json`` record carries ``gres_detail`` (the GPU indices)."""
 
 DETAIL_CALLS_MAX = 32
+"""Running jobs not seen before read one by one with ``scontrol`` up to this many."""
 UPDATE_BUSY = "try again in a bit"
 """What scontrol update says while a restarted slurmctld has not yet had a job's accounting
 index from slurmdbd ("Job update not available right now, the DB index is being set, try
@@ -33,7 +34,6 @@ UPDATE_BUSY_QUIET_S = 60.0
 as busy within this many seconds are not tried again (each refusal takes slurmctld up to 5 s):
 a restarted slurmctld would otherwise hold a round for a minute per job. The next round plans
 them again."""
-"""Running jobs not seen before read one by one with ``scontrol`` up to this many."""
 
 RunKey = tuple[str, float | None, tuple[str, ...]]
 

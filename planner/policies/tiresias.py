@@ -199,13 +199,14 @@ class Tiresias:
         queue, since = state.get("q"), state.get("since")
         if not isinstance(queue, int) or not isinstance(since, int | float):
             # First sight (or foreign state): the queue its service puts it in.
-            queue = bisect.bisect_right(self.thresholds_gpu_s, job.attained_gpu_s)
+            queue = bisect.bisect_right(self.thresholds_for(job), job.attained_gpu_s)
             return queue, job.submit_time_s if queue == 0 else now_s
-        last = len(self.thresholds_gpu_s)
+        thresholds = self.thresholds_for(job)
+        last = len(thresholds)
         if job.is_running:
             # Demotion: a running job that used up its queue's share moves down (to the
             # queue its service belongs in) and joins the back of it.
-            earned = bisect.bisect_right(self.thresholds_gpu_s, job.attained_gpu_s)
+            earned = bisect.bisect_right(thresholds, job.attained_gpu_s)
             if earned > queue:
                 return min(earned, last), now_s
         elif queue > 0 and self.promote_knob > 0 and job.attained_gpu_s > 0:
@@ -213,6 +214,10 @@ class Tiresias:
             if now_s - job.waiting_since() >= self.promote_knob * executed_s:
                 return 0, now_s
         return queue, float(since)
+
+    def thresholds_for(self, job: Job) -> tuple[float, ...]:
+        """The queues' thresholds that apply to ``job`` (the same for every job here)."""
+        return self.thresholds_gpu_s
 
     @staticmethod
     def _has_state(job: Job) -> bool:
@@ -230,7 +235,6 @@ class Tiresias:
         todo = [job for job in jobs if held_get(job.id) is not job]
         running = JobState.RUNNING
         running_memo, keys, out = st.running_memo, st.keys, st.out
-        thresholds = self.thresholds_gpu_s
         changed: dict[str, _Key] = {}  # job id -> its new sort key, where it moved
         known = len(jobs) - len(todo)  # jobs of the last order: every held one, and below
         for job in todo:
@@ -264,6 +268,7 @@ class Tiresias:
                     if job.is_running:
                         # Demoted once its service reaches its queue's upper threshold
                         # (never from the last queue).
+                        thresholds = self.thresholds_for(job)
                         below = thresholds[queue] if queue < len(thresholds) else math.inf
                         running_memo[job_id] = (state, job.submit_time_s, key, below)
                         held[job_id] = job

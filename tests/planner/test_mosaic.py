@@ -131,9 +131,9 @@ def test_mosaic_plans_are_valid_and_deterministic(snapshot):
     assert again.order == plan.order
 
 
-def _replanned_to_itself(snapshot: Snapshot) -> RoundPlan:
+def _replanned_to_itself(snapshot: Snapshot, **options: object) -> RoundPlan:
     """The round's plan, after checking that planning the applied round changes nothing."""
-    sched = mosaic()
+    sched = mosaic(**options)
     first = plan_round(snapshot, sched)
     second = plan_round(_applied(snapshot, first), sched)
     assert second.assignments == first.assignments
@@ -180,7 +180,7 @@ def test_a_stopped_job_back_on_its_own_gpus_keeps_the_share_tune_keeps() -> None
     # kept: 5 runs on, not reshaped, and so it does in the next round, where Rubick starts 5
     # on its own GPU.
     jobs = [_job(i) for i in (0, 1, 2, 3, 4, 6)]
-    five = _ran(_job(5, attained_gpu_s=5000.0), ("n0", 0))
+    five = _ran(_job(5, attained_gpu_s=20000.0), ("n0", 0))
     jobs += [five, _job(7, min_gpus=1, max_gpus=2), _job(8, min_gpus=1, max_gpus=2, gpu_types=TYPES)]
     plan = _replanned_to_itself(_round(jobs))
     assert plan.assignments["5"] is five.assignment
@@ -208,11 +208,11 @@ def test_a_share_tune_cut_for_a_job_a_later_stage_moved_away_is_given_back() -> 
     # cuts 5 to its proportional share to make room, but Crius leaves 8 waiting: 5 keeps the
     # share it runs with, as in the round before.
     jobs = [
-        _ran(_job(0, attained_gpu_s=5000.0), ("n0", 0)),
-        _job(1, model="transformer", attained_gpu_s=5000.0),
+        _ran(_job(0, attained_gpu_s=20000.0), ("n0", 0)),
+        _job(1, model="transformer", attained_gpu_s=20000.0),
         _job(2, 4),
-        _job(3, attained_gpu_s=5000.0),
-        _job(4, attained_gpu_s=5000.0, restarts=8),
+        _job(3, attained_gpu_s=20000.0),
+        _job(4, attained_gpu_s=20000.0, restarts=8),
         _job(5, model="resnet50"),
         _job(6),
         _job(7, 2, min_gpus=1, max_gpus=4),
@@ -315,10 +315,10 @@ def test_rubick_grows_into_the_gpus_crius_freed() -> None:
     # Crius moves 3 off n0 after Rubick decided 0's count on a full n0: Rubick decides again
     # on the GPUs freed (the next round's Rubick would grow 0 there).
     jobs = [
-        _job(0, model="gpt2", attained_gpu_s=5000.0, min_gpus=1, max_gpus=2),
+        _job(0, model="gpt2", attained_gpu_s=20000.0, min_gpus=1, max_gpus=2),
         _job(1),
         _job(2),
-        _ran(_job(3, attained_gpu_s=5000.0, min_gpus=1, max_gpus=2, gpu_types=TYPES), ("n0", 0)),
+        _ran(_job(3, attained_gpu_s=20000.0, min_gpus=1, max_gpus=2, gpu_types=TYPES), ("n0", 0)),
     ]
     plan = _replanned_to_itself(_round(jobs, 3))
     assert plan.assignments["0"].num_gpus == 2
@@ -336,8 +336,8 @@ def test_rubick_leaves_a_crius_job_the_placement_placed_its_gpu() -> None:
     jobs = [_job(0), _job(3, min_gpus=1, max_gpus=2, gpu_types=TYPES)]
     jobs += [_job(4, model="resnet50"), _job(5, 2, model="resnet50"), _job(6, 2, model="resnet50")]
     jobs += [
-        replace(_job(1, model="resnet50", attained_gpu_s=5000.0, restarts=8), submit_time_s=1.0),
-        _ran(_job(2, model="gpt2", attained_gpu_s=5000.0), ("n0", 0)),
+        replace(_job(1, model="resnet50", attained_gpu_s=20000.0, restarts=8), submit_time_s=1.0),
+        _ran(_job(2, model="gpt2", attained_gpu_s=20000.0), ("n0", 0)),
     ]
     plan = _replanned_to_itself(_round(jobs))
     assert "3" in plan.assignments and "2" in plan.assignments
@@ -351,7 +351,7 @@ def test_a_sharing_pair_stopped_for_a_job_crius_leaves_waiting_resumes_together(
     jobs += [
         _job(3, time_limit_s=600.0, min_gpus=1, max_gpus=2, gpu_types=TYPES),
         _job(11, min_gpus=1, max_gpus=2),
-        _job(12, attained_gpu_s=5000.0),
+        _job(12, attained_gpu_s=20000.0),
         _job(13, attained_gpu_s=5000.0, time_limit_s=86400.0),
     ]
     plan = _replanned_to_itself(_round(jobs, 3))
@@ -372,7 +372,8 @@ def test_a_sharing_pair_rubick_starts_again_apart_resumes_together() -> None:
         _job(7, 4, min_gpus=2, max_gpus=8),
         _job(8, 2, time_limit_s=600.0, min_gpus=1, max_gpus=4, gpu_types=TYPES),
     ]
-    plan = _replanned_to_itself(_round(jobs, 3))
+    # 3 and 4 demoted by an hour of service (Tiresias' split); SJF-BSBF pairs on their service.
+    plan = _replanned_to_itself(_round(jobs, 3), queue_thresholds_gpu_s=[3600])
     assert plan.assignments["3"].shares_with == ("5",)
     assert plan.assignments["4"].gpus == (("n0", 1),)
 
@@ -518,6 +519,31 @@ def test_the_time_limit_bucket_orders_within_a_queue_only():
     assert plan_round(Snapshot(100.0, nodes, jobs), mosaic(time_limits=False)).order == ("1", "2")
 
 
+def test_only_hours_of_service_demote_a_job_without_a_time_limit():
+    # Two undeclared jobs: 1 ran 2 GPU-hours, 2 arrived later with none. Tiresias' one-hour
+    # split demotes 1 behind 2; mosaic's (4 and 16 GPU-hours) keeps it first, in arrival order.
+    nodes = (make_node("n0", 1, "v100"),)
+    served = running(make_job("1", 1, 0.0, attained_gpu_s=7200.0), [("n0", 0)])
+    jobs = (served, make_job("2", 1, 10.0))
+    assert plan_round(Snapshot(8000.0, nodes, jobs), mosaic()).order == ("1", "2")
+    tiresias_split = mosaic(queue_thresholds_gpu_s=[3600])
+    assert plan_round(Snapshot(8000.0, nodes, jobs), tiresias_split).order == ("2", "1")
+    # 16 GPU-hours of service demote it.
+    long_served = replace(served, attained_gpu_s=16 * 3600.0)
+    assert plan_round(Snapshot(8000.0, nodes, (long_served, jobs[1])), mosaic()).order == ("2", "1")
+
+
+def test_a_declared_jobs_queue_keeps_tiresias_split_as_its_tie_break():
+    # Both declare the same bound bucket: the one with an hour's service waits behind the one
+    # without (Tiresias' split orders them within the bucket); ignoring limits, the undeclared
+    # split applies to both and arrival decides.
+    nodes = (make_node("n0", 1, "v100"),)
+    served = make_job("1", 1, 0.0, attained_gpu_s=4000.0, time_limit_s=86400.0)
+    jobs = (served, make_job("2", 1, 10.0, time_limit_s=86400.0))
+    assert plan_round(Snapshot(8000.0, nodes, jobs), mosaic()).order == ("2", "1")
+    assert plan_round(Snapshot(8000.0, nodes, jobs), mosaic(time_limits=False)).order == ("1", "2")
+
+
 def test_mosaic_options_are_checked():
     with pytest.raises(ConfigError, match="max_restarts"):
         mosaic(max_restarts=-1)
@@ -540,7 +566,7 @@ def test_a_guaranteed_job_beyond_its_quota_keeps_its_rank_once_it_runs() -> None
     research = {"tenant": "research"}
     jobs = [_job(i) for i in (2, 3, 4, 5)]
     jobs += [
-        replace(_job(1, attained_gpu_s=5000.0, guaranteed=True), submit_time_s=1.0, **research),
+        replace(_job(1, attained_gpu_s=20000.0, guaranteed=True), submit_time_s=1.0, **research),
         replace(_job(6, 4, model="resnet50", guaranteed=True), **research),
     ]
     plan = _replanned_to_itself(_round(jobs))

@@ -211,19 +211,20 @@ PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(
         # Everything composed (planner/policies/mosaic/rules.py says which stage owns what):
         # guaranteed jobs within their tenant's quota first, then 2D-LAS with declared time
         # limits as a bound (never the true run times); CPUs and memory by Synergy-Tune; plans
-        # and resources by Rubick, GPU types and counts by Crius, each for the jobs it fits;
-        # Tesserae's relabelling last. Sharing of rigid best-effort jobs is not in the default:
-        # SJF-BSBF's Theorem 1 is the stage ``bsbf-rigid`` (--placement shared-consolidated
-        # --packing bsbf-rigid; on the demo trace it raises the average JCT, 66,548 s against
-        # 61,747 s), Tesserae's matching ``tesserae-rigid`` (with -o placement.dissolve=true:
-        # 57,060 s on the demo, but more restarts and slower guaranteed jobs on the mixes, and
-        # live it needs jobs submitted on gres/shard).
+        # and resources by Rubick, GPU types and counts by Crius, each for the jobs it fits.
+        # Not in the default, each measured beside it (BENCHMARKS.md): Tesserae's relabelling
+        # (--migration tesserae; the sticky, reserving placement and keep-in-place already
+        # leave running jobs where they ran, and with it the average JCT is the same on the
+        # mixes and Tesserae's trace), and sharing of rigid best-effort jobs: SJF-BSBF's
+        # Theorem 1 is the stage ``bsbf-rigid`` (--placement shared-consolidated --packing
+        # bsbf-rigid), Tesserae's matching ``tesserae-rigid`` (with -o placement.dissolve=true;
+        # more restarts and slower guaranteed jobs on the mixes, and live it needs jobs
+        # submitted on gres/shard).
         "mosaic": SchedulerConfig(
             name="mosaic",
             policy="mosaic",
             shaping="tune",
             reconfiguration="mosaic",
-            migration="tesserae",
         ),
         # Crius §8.5: deadline-aware (a Cell must finish the job by its deadline; ElasticFlow's
         # admission of the minimum satisfactory share; hopeless jobs dropped).

@@ -69,18 +69,18 @@ MIX_LOADS = {"mix-20": 20.0, "mix-40": 40.0}  # jobs per hour on 64 GPUs
 # The mixes are also drawn with these seeds (cases mix-20-s2, ...; no ablations): one seed's
 # ratio moves by several percent from draw to draw.
 MIX_SEEDS = (2, 3, 4, 5, 6, 7, 8)
-# mosaic without one mechanism each (sim flags), and with the packing stages the default leaves out.
+# mosaic without one mechanism each (sim flags), and with the stages the default leaves out.
 ABLATIONS: dict[str, tuple[str, ...]] = {
     "no-guarantees": ("-o", "policy.guarantees=false"),
     "no-time-limits": ("-o", "policy.time_limits=false"),
     "no-las-preemption": ("-o", "policy.las_preemption=false"),
     "no-reconfiguration": ("--reconfig", "none"),
     "no-tune": ("--shaping", "proportional"),
-    "no-relabelling": ("--migration", "none"),
     "no-keep-in-place": ("-o", "reconfiguration.keep=false"),
     "no-preemption-gap": ("-o", "policy.preemption_gap=0"),
     "no-over-quota-first": ("-o", "policy.over_quota_first=false"),
     "crius-arrival-queue": ("-o", 'reconfiguration.crius={queue="arrival"}'),
+    "with-relabelling": ("--migration", "tesserae"),
     "with-sharing": ("--placement", "shared-consolidated", "--packing", "bsbf-rigid"),
     "with-tesserae-packing": (
         "--placement",

@@ -6,8 +6,8 @@ made elastic over Crius's four types, so Crius's search has jobs to move), and w
 to ``--jobs`` drawn from ``mosaic trace mix`` (Crius's elastic jobs, Synergy's CPU-sensitive
 jobs and small rigid ones; tenants with guaranteed jobs and time limits). Two cases: *steady*,
 the running jobs ten minutes into their run (they keep their GPUs, the waiting jobs wait), and
-*churn*, the running jobs an hour of service in (2D-LAS's lower queue: the waiting jobs, fresh,
-take the cluster and every running job is stopped, the most a round can change). One round of
+*churn*, the running jobs five hours in (past the first 2D-LAS split, 4 GPU-hours: the waiting
+jobs, fresh, take the cluster and every running job is stopped, the most a round can change). One round of
 ``mosaic`` is timed ``--repeat`` times after a warm-up round (what a running controller has
 memoised); the goal is <= 1 s.
 
@@ -45,8 +45,10 @@ def snapshot(jobs: int, seed: int, churn: bool) -> Snapshot:
         else j
         for k, j in enumerate(x for x in busy.jobs if x.is_running)
     ]
-    if not churn:  # 10 minutes of service each: in 2D-LAS's first queue, and a restart would not pay
-        running = [replace(j, attained_gpu_s=600.0 * j.num_gpus) for j in running]
+    # Steady: 10 minutes of service each, in 2D-LAS's first queue, and a restart would not pay;
+    # churn: five hours each, in its second queue.
+    service_s = 5 * 3600.0 if churn else 600.0
+    running = [replace(j, attained_gpu_s=service_s * j.num_gpus) for j in running]
     wanted = max(0, jobs - len(running))
     options = MixOptions(
         jobs=wanted, jobs_per_hour=400.0, mix={"elastic": 40, "cpu": 30, "small": 30}, seed=seed

@@ -102,7 +102,7 @@ running best-effort job's for the waiting one to rank above it: 32 times (module
 # in full; demoting only at hours of service (geometrically, as multi-level feedback queues
 # space their quanta) keeps the short-first order for short jobs and stops preempting a long one
 # every hour. On Tesserae's trace (400 rigid jobs without time limits, 5 seeds) the average JCT
-# is 12 % lower and the restarts 46 % fewer than with [3600]; from 10,800 to 28,800 s for the
+# is 11 % lower and the restarts 45 % fewer than with [3600]; from 10,800 to 28,800 s for the
 # first split the result is the same within 1 %.
 MOSAIC_THRESHOLDS_GPU_S: tuple[float, ...] = (14_400.0, 57_600.0)
 

@@ -47,7 +47,10 @@ which job holds which set     the end of the reconfiguration stage (:mod:`planne
                               sharing pair together, and rigid best-effort jobs of one GPU
                               count get their own sets back;
                               counts, types, plans and the GPU sets in use stay the round's
-physical GPU labels           Tesserae's relabelling, last (it moves labels, never shapes)
+physical GPU labels           the placement's (sticky: a running job keeps its GPUs where it
+                              can) and keep-in-place's; Tesserae's relabelling, last, when
+                              configured (``--migration tesserae``: it moves labels, never
+                              shapes). Not in the default preset
 ============================  ==============================================================
 
 A guarantee is never broken by a later stage: guaranteed jobs never share (the packing skips

@@ -7,9 +7,13 @@ are checked here against the full computation on random cases.
 
 import gc
 import random
+from collections.abc import Callable
 from dataclasses import replace
 
+import pytest
+
 from planner.core.model import Job, JobState, Outcome
+from planner.policies.mosaic.ordering import DeclaredLas
 from planner.policies.placement import ConsolidatedPlacement, _Board, _Demand
 from planner.policies.tiresias import Tiresias
 from tests.builders import make_job, make_node, make_snapshot, running
@@ -162,15 +166,24 @@ def test_tiresias_order_with_its_memo_equals_a_fresh_policy_each_round():
     assert promoted > 0  # the case the memo must not miss
 
 
-def test_tiresias_kept_order_equals_a_fresh_policy_as_jobs_come_run_and_go():
+_TIRESIAS_POLICIES: dict[str, Callable[[], Tiresias]] = {
+    "tiresias": lambda: Tiresias(thresholds_gpu_s=(100.0, 1000.0), promote_knob=2.0),
+    # mosaic's: jobs that declare a time limit on their own thresholds, below the others'
+    # (a running job's memo kept to the other jobs' threshold would hold past its demotion).
+    "declared-las": lambda: DeclaredLas((100.0, 1000.0), 2.0, (50.0,)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_TIRESIAS_POLICIES))
+def test_tiresias_kept_order_equals_a_fresh_policy_as_jobs_come_run_and_go(kind: str) -> None:
     # One policy over rounds in which jobs arrive and leave, start and stop, run past their
     # queue's threshold (demotion), wait past their promotion wait, and keep their objects
     # while nothing about them changes (as the simulator hands them in); the clock may also
     # step back, as a caller replaying snapshots may. Each round's order and states must be
     # those of a fresh policy.
     rng = random.Random(13)
-    thresholds, knob = (100.0, 1000.0), 2.0
-    policy = Tiresias(thresholds_gpu_s=thresholds, promote_knob=knob)
+    fresh = _TIRESIAS_POLICIES[kind]
+    policy = fresh()
     slots = [(f"n{i}", k) for i in range(4) for k in range(8)]
     jobs: dict[str, Job] = {}
     next_id = 0
@@ -178,14 +191,17 @@ def test_tiresias_kept_order_equals_a_fresh_policy_as_jobs_come_run_and_go():
     seen = {"promoted": 0, "demoted": 0, "left": 0, "reused": 0}
     for _ in range(120):
         for _ in range(rng.randint(0, 4)):  # arrivals
-            jobs[str(next_id)] = make_job(next_id, rng.choice([1, 2]), submit=now - rng.random() * 10)
+            limit = rng.choice([None, None, 3600.0])
+            jobs[str(next_id)] = make_job(
+                next_id, rng.choice([1, 2]), submit=now - rng.random() * 10, time_limit_s=limit
+            )
             next_id += 1
         for job_id in rng.sample(sorted(jobs), k=min(len(jobs), rng.randint(0, 2))):  # completions
             del jobs[job_id]
             seen["left"] += 1
         snapshot = make_snapshot([make_node()], jobs.values(), time_s=now)
         got = policy.order(snapshot)
-        want = Tiresias(thresholds_gpu_s=thresholds, promote_knob=knob).order(snapshot)
+        want = fresh().order(snapshot)
         assert [(j.id, j.policy_state) for j in got] == [(j.id, j.policy_state) for j in want]
         before = {j.id: j for j in snapshot.jobs}
         seen["reused"] += sum(1 for j in got if j is before[j.id])

@@ -202,13 +202,19 @@ class Tiresias:
             queue = bisect.bisect_right(self.thresholds_for(job), job.attained_gpu_s)
             return queue, job.submit_time_s if queue == 0 else now_s
         thresholds = self.thresholds_for(job)
-        last = len(thresholds)
+        earned = bisect.bisect_right(thresholds, job.attained_gpu_s)
+        if queue > earned:
+            # Only thresholds raised since the state was written put a job below the queue
+            # its service earns (a site's new configuration; a job whose declared limit
+            # changed which thresholds apply to it, :class:`planner.policies.mosaic.ordering.
+            # DeclaredLas`): it goes back up to that queue, in the order it entered the
+            # other. Service only grows, so with fixed thresholds a queue never exceeds it.
+            return earned, float(since)
         if job.is_running:
             # Demotion: a running job that used up its queue's share moves down (to the
             # queue its service belongs in) and joins the back of it.
-            earned = bisect.bisect_right(thresholds, job.attained_gpu_s)
             if earned > queue:
-                return min(earned, last), now_s
+                return min(earned, len(thresholds)), now_s
         elif queue > 0 and self.promote_knob > 0 and job.attained_gpu_s > 0:
             executed_s = job.attained_gpu_s / job.num_gpus
             if now_s - job.waiting_since() >= self.promote_knob * executed_s:

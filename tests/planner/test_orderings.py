@@ -72,6 +72,16 @@ class TestTiresias:
         job = make_job("a", attained_gpu_s=5000, policy_state={"q": 0, "since": 10}, pending_since_s=0)
         assert self.policy.transition(job, 20) == (0, 10)
 
+    def test_raised_thresholds_bring_a_job_back_to_the_queue_its_service_earns(self):
+        # Demoted at 100 GPU-s (state q=1, entered at 40 and 30); with the split raised to
+        # 1,000 (a site's new configuration) their 150 GPU-s earn queue 0, in entry order.
+        raised = Tiresias((1000.0,), promote_knob=2.0)
+        waiting = make_job("a", attained_gpu_s=150, pending_since_s=0, policy_state={"q": 1, "since": 40})
+        ran = running(make_job("b", attained_gpu_s=150, policy_state={"q": 1, "since": 30}), [("n1", 0)])
+        assert raised.transition(waiting, 60) == (0, 40)
+        assert raised.transition(ran, 60) == (0, 30)
+        assert order(raised, [waiting, ran, make_job("c", submit=35)], time_s=60) == ["b", "c", "a"]
+
     def test_starving_job_is_promoted(self):
         # 2 GPUs x 50 s executed = 100 GPU-s; knob 2 -> promoted after waiting 100 s.
         job = make_job("a", 2, attained_gpu_s=100, pending_since_s=1000, policy_state={"q": 1, "since": 400})

@@ -120,10 +120,11 @@ def trace_file(spec: str, workdir: Path) -> str:
         return str(out)
     if not spec.startswith("gen:"):
         return spec
-    _, kind, jobs, rate = spec.split(":")
-    out = workdir / f"{kind}-{jobs}-{rate}.csv"
+    _, kind, jobs, rate, *seeded = spec.split(":")  # gen:KIND:JOBS:RATE[:SEED], seed 1 unless given
+    seed = seeded[0] if seeded else "1"
+    out = workdir / f"{kind}-{jobs}-{rate}-{seed}.csv"
     cmd = [sys.executable, "-m", "slurm_plugin.cli.main", "trace", "gen", "--kind", kind]
-    cmd += ["--jobs", jobs, "--rate", rate, "--seed", "1", "--out", str(out)]
+    cmd += ["--jobs", jobs, "--rate", rate, "--seed", seed, "--out", str(out)]
     if kind == "synergy":
         cmd.append("--single-gpu")
     subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)

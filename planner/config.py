@@ -220,11 +220,15 @@ PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(
         # bsbf-rigid), Tesserae's matching ``tesserae-rigid`` (with -o placement.dissolve=true;
         # more restarts and slower guaranteed jobs on the mixes, and live it needs jobs
         # submitted on gres/shard).
+        # Tune leaves a new rigid job on the placement's node unless its wish fits only
+        # elsewhere: its best fit otherwise swapped new jobs between the GPUs the placement had
+        # freed for each, and the next round's placement undid it (a restart for nothing).
         "mosaic": SchedulerConfig(
             name="mosaic",
             policy="mosaic",
             shaping="tune",
             reconfiguration="mosaic",
+            options={"shaping": {"placement_first": True}},
         ),
         # Crius §8.5: deadline-aware (a Cell must finish the job by its deadline; ElasticFlow's
         # admission of the minimum satisfactory share; hopeless jobs dropped).

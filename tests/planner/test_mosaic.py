@@ -173,6 +173,34 @@ def _round(jobs: list[Job], nodes: int = 2) -> Snapshot:
     return Snapshot(1000.0, cluster, tuple(sorted(jobs, key=lambda j: int(j.id))))
 
 
+@pytest.mark.parametrize("placement_first", [True, False])
+def test_tune_leaves_new_jobs_on_the_gpus_the_placement_freed_for_them(placement_first) -> None:
+    # Found by benchmarks.soak.replan_stress (1,000 draws, seed 5), shrunk. The placement stops
+    # 2 (demoted) for 15 and 7 for 20; 17 (2 GPUs, ranked between them) finds no node with two
+    # GPUs. Tune's best fit swapped 15 and 20 (n1 fits either exactly), and the next round's
+    # placement, finding n0's GPU 0 held by 20 (ranked below 17), stopped 20 and 5 for 17.
+    nodes = (Node("n0", 4, "a100", 4, 32.0), Node("n1", 1, "a100", 1, 8.0))
+    jobs = (
+        running(make_job(2, attained_gpu_s=20000.0), [("n0", 0)], 1, 1.0),
+        running(make_job(5, submit=1.0, attained_gpu_s=5000.0), [("n0", 1)], 1, 1.0),
+        running(make_job(6, 2), [("n0", 2), ("n0", 3)], 1, 1.0),
+        running(make_job(7, submit=1.0, attained_gpu_s=5000.0), [("n1", 0)], 1, 1.0),
+        make_job(15),
+        make_job(17, 2),
+        make_job(20, attained_gpu_s=5000.0),
+    )
+    snapshot = Snapshot(1000.0, nodes, jobs)
+    config = preset("mosaic")
+    sched = build_scheduler(
+        replace(config, options={**config.options, "shaping": {"placement_first": placement_first}}),
+        profiles(),
+    )
+    first = plan_round(snapshot, sched)
+    second = plan_round(_applied(snapshot, first), sched)
+    assert first.assignments["15"].nodes == (("n0",) if placement_first else ("n1",))
+    assert (second.started, second.preempted) == (((), ()) if placement_first else (("17",), ("20", "5")))
+
+
 def test_a_stopped_job_back_on_its_own_gpus_keeps_the_share_tune_keeps() -> None:
     # The placement stops 5 for 8, which Crius leaves waiting; Rubick starts 5 on another GPU
     # and keep-in-place gives it its own back. Tune keeps 5's share (no CPU sensitivity is

@@ -180,6 +180,12 @@ def test_tune_on_the_placements_gpus_keeps_no_share_a_moved_job_had_elsewhere() 
     assert sum(a.cpus for a in shaped.assignments.values()) <= small.cpus
 
 
+def _context():
+    from planner.registry import StageContext
+
+    return StageContext(profiles())
+
+
 def _tune_shape(snapshot: Snapshot, assigned: dict[str, Assignment], waiting: list[str]):
     """Tune on a hand-made draft: ``assigned`` kept or placed, ``waiting`` left for want of GPUs."""
     from planner.policies.synergy.tune import TuneShaping
@@ -187,6 +193,36 @@ def _tune_shape(snapshot: Snapshot, assigned: dict[str, Assignment], waiting: li
 
     outcomes = {**dict.fromkeys(assigned, Outcome.KEPT), **dict.fromkeys(waiting, Outcome.NO_CAPACITY)}
     return TuneShaping(0.05, profiles()).shape(snapshot, Draft(dict(assigned), outcomes))
+
+
+@pytest.mark.parametrize("placement_first", [False, True])
+def test_tune_placement_first_moves_a_new_job_only_where_its_wish_does_not_fit(placement_first) -> None:
+    # resnet50 wishes 4 CPUs and 62.5 GB per GPU. The placement put 0 where that does not fit
+    # (2 CPUs) and 1 where it does, with room to spare. Tune's best fit moves both (0 to the
+    # node it fills exactly, 1 to the tighter of the two others); placement_first moves 0 only.
+    from planner.policies.synergy.tune import TuneShaping
+    from planner.stages import Draft
+
+    nodes = [
+        Node("small", 2, "v100", 2, 128.0),
+        Node("exact", 1, "v100", 4, 64.0),
+        Node("tighter", 2, "v100", 10, 200.0),
+        Node("roomy", 2, "v100", 16, 256.0),
+    ]
+    snapshot = make_snapshot(nodes, [make_job(0), make_job(1)])
+    placed = {"0": Assignment((("small", 0),), 1, 64.0), "1": Assignment((("roomy", 0),), 8, 128.0)}
+    stage = TuneShaping.from_options({"placement_first": placement_first}, _context())
+    shaped = stage.shape(snapshot, Draft(placed, dict.fromkeys(placed, Outcome.PLACED))).assignments
+    assert shaped["0"].nodes == ("exact",)
+    assert shaped["1"].nodes == (("roomy",) if placement_first else ("tighter",))
+    assert shaped["0"].cpus == shaped["1"].cpus == 4
+
+
+def test_tune_placement_first_must_be_a_boolean() -> None:
+    from planner.policies.synergy.tune import TuneShaping
+
+    with pytest.raises(ConfigError, match="placement_first"):
+        TuneShaping.from_options({"placement_first": "yes"}, _context())
 
 
 def test_tune_starts_two_waiting_jobs_where_the_second_switches_the_first_back() -> None:

@@ -13,6 +13,8 @@ order                         the ``mosaic`` ordering (:mod:`.ordering`): privil
                               jobs, then 2D-LAS, then the declared bound; guaranteed jobs
                               beyond their quota wait ahead of other best-effort ones
 GPUs of a rigid job           the placement (consolidated, sharing pairs kept together);
+                              Synergy-Tune moves a new one only where its wished CPUs and
+                              memory fit another node and not its own (``placement_first``);
                               Rubick may evict a lower-ranked best-effort one for a privileged
                               job (never one that shares GPUs); where a later stage leaves
                               GPUs idle, Synergy-Tune starts a waiting rigid best-effort job

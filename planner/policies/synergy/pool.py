@@ -88,7 +88,7 @@ class Pool:
         slots = self.reserved.get(job_id)
         if slots is None:
             return None
-        return _counts(slots, self.order)
+        return counts_of(slots, self.order)
 
     def node_sets(self, job: Job, gpu_type: str | None = None) -> list[Counts]:
         """Where ``job``'s GPUs could go: one server if they fit one, else the fewest servers
@@ -140,7 +140,7 @@ class Pool:
     def commit(self, job_id: str, counts: Counts, share: PerGpu, previous: Iterable[GpuSlot] = ()) -> Held:
         """Give ``job_id`` GPUs on ``counts``'s nodes and ``share`` per GPU there."""
         reserved = self.reserved.pop(job_id, None)
-        if reserved is not None and _counts(reserved, self.order) == counts:
+        if reserved is not None and counts_of(reserved, self.order) == counts:
             gpus = list(reserved)
         else:
             if reserved is not None:  # placed elsewhere after all: give the reservation back
@@ -180,7 +180,8 @@ class Pool:
         return gpus
 
 
-def _counts(gpus: Iterable[GpuSlot], order: Mapping[str, int]) -> Counts:
+def counts_of(gpus: Iterable[GpuSlot], order: Mapping[str, int]) -> Counts:
+    """How many of ``gpus`` each node holds, the nodes in ``order``."""
     per: dict[str, int] = {}
     for node, _ in gpus:
         per[node] = per.get(node, 0) + 1

@@ -35,10 +35,22 @@ and meets in pass 3 the very room in which the last upgrade pass upgraded nobody
 Running jobs keep their GPUs (§4.3's lease renewal). If re-packing the new jobs'
 GPUs in this order ever fails where the placement stage succeeded (it can, for jobs
 spanning servers), the round is tuned on the placement's GPUs instead.
+
+With ``placement_first`` (the ``mosaic`` preset, whose placement owns rigid jobs' GPUs), a
+new rigid job stays on the servers the placement gave it where its wish fits there, and
+where it fits nowhere; it moves to Tune's best fit only where its wish fits there and not
+on its own servers. Re-packing every new job by best fit can swap two of them between the
+GPUs the placement freed for each: the placement, planning the applied round again, then
+finds the set it had left to a lower-ranked job and stops that job for a higher-ranked one
+it had left waiting (a restart for no new reason).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, Self
+
+from planner.policies.common import options_reader
 from planner.policies.synergy.base import (
     Demand,
     Round,
@@ -48,8 +60,9 @@ from planner.policies.synergy.base import (
     place_at,
     wished,
 )
-from planner.policies.synergy.demand import PerGpu, proportional_per_gpu
-from planner.policies.synergy.pool import Counts, Pool
+from planner.policies.synergy.demand import DEFAULT_TOLERANCE, PerGpu, proportional_per_gpu
+from planner.policies.synergy.pool import Counts, Pool, counts_of
+from planner.registry import StageContext
 from planner.stages import SHAPINGS
 
 
@@ -93,6 +106,14 @@ class TuneShaping(SynergyShaping):
 
     component = "tune"
     fills_freed_gpus = True
+    placement_first: bool = False
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
+        f = options_reader(options, "tune shaping", ["tolerance", "placement_first"])
+        shaping = cls(f.opt_float("tolerance", minimum=0.0) or DEFAULT_TOLERANCE, context.profiles)
+        shaping.placement_first = f.flag("placement_first", False)
+        return shaping
 
     def allocate(self, rnd: Round) -> None:
         everywhere = proportional_per_gpu(rnd.pool.nodes) if rnd.pool.nodes else PerGpu(0, 0.0)
@@ -122,6 +143,9 @@ class TuneShaping(SynergyShaping):
         return True
 
     def place(self, rnd: Round, d: Demand) -> bool:
+        if self.placement_first and (spot := _placement_first(rnd, d)) is not None:
+            commit(rnd, d, *spot)
+            return True
         spot = (
             (place_at(rnd, d, as_it_had) if _has_all_it_wants(rnd, d) else None)
             or place_at(rnd, d, wished)
@@ -161,6 +185,26 @@ class TuneShaping(SynergyShaping):
             again.pool.reserve(d.job.id, d.base.gpus)
         self.pack(again, sorted(rnd.demands, key=lambda d: (-d.job.num_gpus, d.job.id)))
         rnd.pool = again.pool
+
+
+def _placement_first(rnd: Round, d: Demand) -> tuple[Counts, PerGpu] | None:
+    """Where a new rigid job goes with ``placement_first``: its wish on the placement's servers,
+    else its wish at Tune's best fit elsewhere, else its proportional share on the placement's
+    servers (``None``: not such a job, or its servers have no room; Tune's rules decide)."""
+    job = d.job
+    if not d.base.gpus or job.elastic or job.candidate_plans or rnd.pool.reserved_counts(job.id) is not None:
+        return None
+    given = counts_of(d.base.gpus, rnd.pool.order)
+    if given not in candidates(rnd, d):
+        return None
+    prop = rnd.prop(given)
+    wish = d.wish(prop)
+    if rnd.pool.fits(given, wish):
+        return given, wish
+    elsewhere = place_at(rnd, d, wished)
+    if elsewhere is not None:
+        return elsewhere
+    return (given, prop) if rnd.pool.fits(given, prop) else None
 
 
 def _keeps_its_share(rnd: Round, d: Demand) -> bool:

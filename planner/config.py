@@ -83,7 +83,8 @@ class SchedulerConfig:
         given = {k: v for k, v in changes.items() if v is not None}
         if not given:
             return self
-        return replace(self, **given)
+        changed = replace(self, **given)
+        return changed if "options" in given else replace(changed, options=_options_kept(self, changed))
 
 
 PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(
@@ -319,7 +320,8 @@ def config_from_mapping(table: Any, source: str = "[scheduler]") -> SchedulerCon
         if str(e).startswith(source):
             raise
         raise ConfigError(f"{source}: key 'preset': {e}") from None
-    options: dict[str, Mapping[str, Any]] = {k: dict(v) for k, v in base.options.items()}
+    components = {stage: f.opt_str(stage) or getattr(base, stage) for stage in STAGES if f.has(stage)}
+    options: dict[str, Mapping[str, Any]] = dict(_options_kept(base, replace(base, **components)))
     raw_options = f.opt_object("options") or {}
     for stage, opts in raw_options.items():
         if stage not in STAGES:
@@ -344,6 +346,17 @@ def config_from_mapping(table: Any, source: str = "[scheduler]") -> SchedulerCon
         else base.tenants,
         restart_cost_s=restart_cost if restart_cost is not None else base.restart_cost_s,
     )
+
+
+def _options_kept(base: SchedulerConfig, changed: SchedulerConfig) -> dict[str, Mapping[str, Any]]:
+    """``base``'s options for the stages ``changed`` fills with the same component: a preset's
+    options are its components' (``mosaic``'s ``placement_first`` is Synergy-Tune's), and a stage
+    given another component (``--shaping proportional``) starts from that component's defaults."""
+    return {
+        stage: dict(opts)
+        for stage, opts in base.options.items()
+        if getattr(changed, stage) == getattr(base, stage)
+    }
 
 
 def tenants_from_list(items: Any, where: str = "tenants") -> tuple[Tenant, ...]:

@@ -50,7 +50,8 @@ def add_scheduler_args(parser: argparse.ArgumentParser, default_preset: str | No
         default=[],
         metavar="STAGE.KEY=VALUE",
         help="an option of the component filling STAGE (policy, placement, packing, shaping, "
-        "reconfiguration, migration), VALUE in TOML syntax (e.g. -o policy.promote_knob=4)",
+        "reconfiguration, migration), VALUE in TOML syntax (e.g. -o policy.promote_knob=4); a stage "
+        "given another component than the preset's keeps none of the preset's options for it",
     )
     parser.set_defaults(default_preset=default_preset)
 

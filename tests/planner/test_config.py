@@ -2,8 +2,9 @@ import pytest
 
 from planner.config import PRESETS, build_scheduler, config_from_mapping, preset
 from planner.core.errors import ConfigError
-from planner.registry import Registry
-from planner.stages import ORDERINGS
+from planner.registry import Registry, StageContext
+from planner.stages import ORDERINGS, SHAPINGS
+from profiles.store import ProfileStore
 
 
 def test_every_preset_builds():
@@ -40,6 +41,23 @@ def test_scheduler_table_with_options():
     s = build_scheduler(config)
     assert s.preemptive is False
     assert s.ordering.thresholds_gpu_s == (100.0, 1000.0) and s.ordering.promote_knob == 0
+
+
+@pytest.mark.parametrize("shaping", ["proportional", "opt", "tune"])
+def test_a_stage_given_another_component_drops_the_presets_options_for_it(shaping):
+    # mosaic's shaping option (placement_first) is Synergy-Tune's: another shaping starts from
+    # its own defaults, the same one keeps it, and options given for the stage still apply.
+    config = config_from_mapping({"preset": "mosaic", "shaping": shaping})
+    assert config.options.get("shaping") == ({"placement_first": True} if shaping == "tune" else None)
+    assert type(build_scheduler(config).shaping) is type(
+        SHAPINGS.create(shaping, {}, StageContext(ProfileStore.builtin()))
+    )
+    assert preset("mosaic").with_overrides(shaping=shaping).options.get("shaping") == config.options.get(
+        "shaping"
+    )
+    table = {"preset": "mosaic", "shaping": shaping, "options": {"shaping": {"tolerance": 0.1}}}
+    given = config_from_mapping(table).options["shaping"]
+    assert given == ({"placement_first": True, "tolerance": 0.1} if shaping == "tune" else {"tolerance": 0.1})
 
 
 def test_the_schedulers_restart_cost_reaches_every_stage_that_weighs_restarts():

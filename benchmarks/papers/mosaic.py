@@ -79,6 +79,7 @@ ABLATIONS: dict[str, tuple[str, ...]] = {
     "no-keep-in-place": ("-o", "reconfiguration.keep=false"),
     "no-preemption-gap": ("-o", "policy.preemption_gap=0"),
     "no-over-quota-first": ("-o", "policy.over_quota_first=false"),
+    "no-fastest-types": ("-o", "policy.fastest_types=false"),
     "crius-arrival-queue": ("-o", 'reconfiguration.crius={queue="arrival"}'),
     "with-relabelling": ("--migration", "tesserae"),
     "with-sharing": ("--placement", "shared-consolidated", "--packing", "bsbf-rigid"),

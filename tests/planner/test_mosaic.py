@@ -498,6 +498,49 @@ def test_a_guaranteed_arrival_takes_the_gpus_of_a_best_effort_job():
     assert plan.assignments["2"].num_gpus == 4
 
 
+def _moe(job_id: str, gpus: int, **fields: object) -> Job:
+    """A MoE job accepting A100s and V100s (2.7x faster on A100s by Crius's table)."""
+    fields.setdefault("gpu_types", ("a100", "v100"))
+    return make_job(job_id, gpus, model="moe_2.4B", batch_size=256, gpu_type="v100", **fields)
+
+
+@pytest.mark.parametrize("fastest_types", [True, False])
+def test_a_guaranteed_arrival_that_accepts_several_types_takes_the_fastest(fastest_types):
+    # A best-effort job holds the A100s and the V100s are idle: the guaranteed arrival takes the
+    # A100s and the best-effort job yields them; without the rule it starts on the idle V100s.
+    nodes = (make_node("a", 4, "a100", 32, 128.0), make_node("v", 4, "v100", 32, 128.0))
+    be = running(
+        make_job("1", 4, 0.0, tenant="research", attained_gpu_s=4e5), [("a", k) for k in range(4)], 8, 32.0
+    )
+    vip = _moe("2", 4, submit=100.0, tenant="prod", guaranteed=True, min_gpus=2, max_gpus=4)
+    plan = plan_round(Snapshot(2000.0, nodes, (be, vip)), mosaic(fastest_types=fastest_types))
+    assert plan.assignments["2"].nodes == (("a",) if fastest_types else ("v",))
+    # The best-effort job moves to the V100s (a restart) or keeps the A100s.
+    assert plan.assignments["1"].nodes == (("v",) if fastest_types else ("a",))
+    assert plan.gpu_type_of["2"] == ("a100" if fastest_types else "v100")
+
+
+def test_only_waiting_privileged_jobs_are_narrowed_to_their_fastest_types():
+    from planner.policies.baselines.view import DpView
+    from planner.policies.mosaic.fastest import on_fastest_types
+
+    nodes = (make_node("a", 4, "a100", 32, 128.0), make_node("v", 8, "v100", 32, 128.0))
+    vip = _moe("1", 4, tenant="prod", guaranteed=True)
+    be = _moe("2", 4, tenant="research")
+    held = running(_moe("3", 2, tenant="prod", guaranteed=True), [("v", 0), ("v", 1)], 8, 32.0)
+    any_type = make_job("4", 1, tenant="prod", guaranteed=True)  # resnet50: no speed per type
+    snapshot = Snapshot(0.0, nodes, (vip, be, held, any_type))
+    speeds = DpView(profiles())
+    out = {j.id: j for j in on_fastest_types(snapshot, snapshot.jobs, {"1", "3", "4"}, speeds)}
+    assert out["1"].gpu_types == ("a100",) and out["1"].gpu_type is None
+    assert out["2"] is be and out["3"] is held and out["4"] is any_type
+    # The A100s hold four GPUs: a second privileged arrival of four keeps both types.
+    second = _moe("5", 4, tenant="prod", guaranteed=True)
+    jobs = (vip, second)
+    out = {j.id: j for j in on_fastest_types(Snapshot(0.0, nodes, jobs), jobs, {"1", "5"}, speeds)}
+    assert out["1"].gpu_types == ("a100",) and out["5"] is second
+
+
 def test_las_preempts_a_running_job_only_when_its_restart_pays():
     nodes = (make_node("n0", 4, "a100", 32, 128.0),)
     slots = [("n0", k) for k in range(4)]

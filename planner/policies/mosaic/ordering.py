@@ -35,6 +35,9 @@ Five keys, in this order:
    the lowest-ranked running job it moves up to the top. It never moves above a running job it
    ranked below, so it stops no job the order above would not (``over_quota_first``).
 
+A waiting privileged job that accepts several GPU types is handed on accepting only its
+fastest ones (:mod:`.fastest`): no other stage chooses a guaranteed job's type by its speed.
+
 The ordering is also the scheduler's :class:`~planner.stages.Lens`: every stage of a ``mosaic``
 round plans from :class:`.view.DeclaredView` (declared limits, never the true run times;
 restarts bounded per job).
@@ -52,7 +55,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
 from planner.core.model import Job, Snapshot
+from planner.policies.baselines.view import DpView
 from planner.policies.common import options_reader
+from planner.policies.mosaic.fastest import on_fastest_types
 from planner.policies.mosaic.view import (
     DEFAULT_MAX_RESTARTS,
     DeclaredView,
@@ -138,7 +143,8 @@ class MosaicOrdering:
     ``las_preemption`` (true; false: every running best-effort job is settled),
     ``preemption_gap`` (5: the buckets a running job's declared bound counts lower) and
     ``over_quota_first`` (true: guaranteed jobs beyond their tenant's quota go ahead of the
-    other best-effort jobs that wait)."""
+    other best-effort jobs that wait) and ``fastest_types`` (true: a waiting privileged job
+    that accepts several GPU types is placed on its fastest ones, :mod:`.fastest`)."""
 
     preemptive_by_default: ClassVar[bool] = True
     las: DeclaredLas
@@ -152,6 +158,8 @@ class MosaicOrdering:
     preemption_gap: int = DEFAULT_PREEMPTION_GAP
     book: CurveBook = field(default_factory=shared_book)
     over_quota_first: bool = True
+    # None: privileged jobs keep every type they accept (option fastest_types=false).
+    speeds: DpView | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], context: StageContext) -> Self:
@@ -169,6 +177,7 @@ class MosaicOrdering:
                 "las_preemption",
                 "preemption_gap",
                 "over_quota_first",
+                "fastest_types",
             ],
         )
         las_options = {k: v for k, v in options.items() if k in las_keys}
@@ -201,6 +210,7 @@ class MosaicOrdering:
             _or(f.opt_int("preemption_gap", minimum=0), DEFAULT_PREEMPTION_GAP),
             book_for(context.profiles),
             f.flag("over_quota_first", True),
+            DpView(context.profiles) if f.flag("fastest_types", True) else None,
         )
 
     def lens(self, snapshot: Snapshot) -> Snapshot:
@@ -240,6 +250,8 @@ class MosaicOrdering:
         out = rest if not chosen and not any(_was_flagged(j) for j in snapshot.jobs) else None
         if out is None:
             out = with_privilege(first + rest, chosen)
+        if chosen and self.speeds is not None:
+            out = on_fastest_types(snapshot, out, chosen, self.speeds)
         return _with_flag(out, SETTLED, settled)
 
 

@@ -24,6 +24,9 @@ sharing partner               the packing when configured (``bsbf-rigid``: SJF-B
                               1 on the declared estimates), rigid best-effort guests onto rigid
                               best-effort hosts only (:func:`shares_gpus`); nothing later moves
                               or shrinks a shared job. Not in the default preset yet
+GPU types a waiting           the ordering (:mod:`.fastest`): those of its accepted types
+privileged job accepts        within 10 % of its fastest, where they hold its GPUs beside
+                              the other privileged jobs'; the placement places it there
 GPU count, plan, CPUs of a    Rubick's joint allocation (:func:`rubick_decides`): it overrides
 job Rubick decides            the placement's GPUs and the shaping's CPUs for these jobs only,
                               and keeps every privileged job at its performance guarantee;

@@ -534,11 +534,14 @@ def test_only_waiting_privileged_jobs_are_narrowed_to_their_fastest_types():
     out = {j.id: j for j in on_fastest_types(snapshot, snapshot.jobs, {"1", "3", "4"}, speeds)}
     assert out["1"].gpu_types == ("a100",) and out["1"].gpu_type is None
     assert out["2"] is be and out["3"] is held and out["4"] is any_type
-    # The A100s hold four GPUs: a second privileged arrival of four keeps both types.
-    second = _moe("5", 4, tenant="prod", guaranteed=True)
-    jobs = (vip, second)
-    out = {j.id: j for j in on_fastest_types(Snapshot(0.0, nodes, jobs), jobs, {"1", "5"}, speeds)}
-    assert out["1"].gpu_types == ("a100",) and out["5"] is second
+    # Whether a job is narrowed depends on it and the cluster alone: a second arrival of four
+    # is narrowed too (it waits behind the first), one of eight keeps both types (the A100s
+    # hold four), whatever else waits or runs.
+    second, wide = _moe("5", 4, tenant="prod", guaranteed=True), _moe("6", 8, tenant="prod", guaranteed=True)
+    for jobs in ((vip, second, wide), (second, wide), (held, wide, second)):
+        ids = {j.id for j in jobs}
+        out = {j.id: j for j in on_fastest_types(Snapshot(0.0, nodes, jobs), jobs, ids, speeds)}
+        assert out["5"].gpu_types == ("a100",) and out["6"] is wide
 
 
 def test_las_preempts_a_running_job_only_when_its_restart_pays():

@@ -12,10 +12,13 @@ Before the placement, a waiting privileged job that accepts several of the clust
 shown accepting only its fastest ones: those within :data:`FASTEST_TOLERANCE` of the best
 throughput at its requested count (Crius's measured best-plan speed per type where its table
 has the model, else the profile's per-type factor: :class:`DpView`). Best-effort jobs there
-yield to it as they do to any privileged job (they are ranked below it). It is narrowed only
-where those types hold enough GPUs beside the other privileged jobs running or narrowed onto
-them, so it never waits for want of a type it would otherwise not need. A running job keeps
-the type it runs on.
+yield to it as they do to any privileged job (they are ranked below it). Whether a job is
+narrowed depends on the job and the cluster alone (its fastest types must hold its GPUs), not
+on what other jobs hold: a rule that counted the other privileged jobs' GPUs gave a job that
+one round left waiting other types the next, once a job narrowed before it ran, and planning
+an applied round again started it. So a privileged job may wait for its fastest types while
+slower ones are idle, behind the privileged jobs ahead of it (their GPUs are bounded by the
+tenant's quota). A running job keeps the type it runs on.
 """
 
 from __future__ import annotations
@@ -38,24 +41,16 @@ def on_fastest_types(
     capacity: dict[str, int] = {}
     for node in snapshot.nodes:
         capacity[node.gpu_type] = capacity.get(node.gpu_type, 0) + node.gpus
-    taken = dict.fromkeys(capacity, 0)
-    nodes = snapshot.nodes_by_name
-    for job in ordered:
-        if job.id in privileged and job.is_running and job.assignment is not None:
-            for node, _ in job.assignment.gpus:
-                taken[nodes[node].gpu_type] += 1
     out = []
     for job in ordered:
         fastest = ()
         if job.id in privileged and not job.is_running:
             fastest = _fastest(job, [t for t in capacity if job.accepts_type(t)], speeds)
-        if not fastest or sum(capacity[t] - taken[t] for t in fastest) < job.num_gpus:
+        if not fastest or sum(capacity[t] for t in fastest) < job.num_gpus:
             out.append(job)
             continue
         reference = job.gpu_type if job.gpu_type in fastest else None
         out.append(replace(job, gpu_types=fastest, gpu_type=reference))
-        for t in fastest:
-            taken[t] += job.num_gpus
     return out
 
 

@@ -84,7 +84,11 @@ class SchedulerConfig:
         if not given:
             return self
         changed = replace(self, **given)
-        return changed if "options" in given else replace(changed, options=_options_kept(self, changed))
+        if "options" in given:
+            return changed
+        return replace(
+            changed, options=_options_kept(self, {stage: getattr(changed, stage) for stage in STAGES})
+        )
 
 
 PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(
@@ -320,8 +324,8 @@ def config_from_mapping(table: Any, source: str = "[scheduler]") -> SchedulerCon
         if str(e).startswith(source):
             raise
         raise ConfigError(f"{source}: key 'preset': {e}") from None
-    components = {stage: f.opt_str(stage) or getattr(base, stage) for stage in STAGES if f.has(stage)}
-    options: dict[str, Mapping[str, Any]] = dict(_options_kept(base, replace(base, **components)))
+    components = {stage: f.opt_str(stage) if f.has(stage) else getattr(base, stage) for stage in STAGES}
+    options: dict[str, Mapping[str, Any]] = _options_kept(base, components)
     raw_options = f.opt_object("options") or {}
     for stage, opts in raw_options.items():
         if stage not in STAGES:
@@ -348,14 +352,17 @@ def config_from_mapping(table: Any, source: str = "[scheduler]") -> SchedulerCon
     )
 
 
-def _options_kept(base: SchedulerConfig, changed: SchedulerConfig) -> dict[str, Mapping[str, Any]]:
-    """``base``'s options for the stages ``changed`` fills with the same component: a preset's
-    options are its components' (``mosaic``'s ``placement_first`` is Synergy-Tune's), and a stage
-    given another component (``--shaping proportional``) starts from that component's defaults."""
+def _options_kept(
+    base: SchedulerConfig, components: Mapping[str, str | None]
+) -> dict[str, Mapping[str, Any]]:
+    """``base``'s options for the stages that ``components`` (stage -> component name) fills with
+    ``base``'s own component: a preset's options are its components' (``mosaic``'s
+    ``placement_first`` is Synergy-Tune's), and a stage given another component (``--shaping
+    proportional``) starts from that component's defaults."""
     return {
         stage: dict(opts)
         for stage, opts in base.options.items()
-        if getattr(changed, stage) == getattr(base, stage)
+        if components.get(stage) == getattr(base, stage)
     }
 
 

@@ -43,7 +43,7 @@ def on_fastest_types(
         capacity[node.gpu_type] = capacity.get(node.gpu_type, 0) + node.gpus
     out = []
     for job in ordered:
-        fastest = ()
+        fastest: tuple[str, ...] = ()
         if job.id in privileged and not job.is_running:
             fastest = _fastest(job, [t for t in capacity if job.accepts_type(t)], speeds)
         if not fastest or sum(capacity[t] for t in fastest) < job.num_gpus:

@@ -223,7 +223,7 @@ PRESETS: Mapping[str, SchedulerConfig] = MappingProxyType(
         # mixes and Tesserae's trace), and sharing of rigid best-effort jobs: SJF-BSBF's
         # Theorem 1 is the stage ``bsbf-rigid`` (--placement shared-consolidated --packing
         # bsbf-rigid), Tesserae's matching ``tesserae-rigid`` (with -o placement.dissolve=true;
-        # more restarts and slower guaranteed jobs on the mixes, and live it needs jobs
+        # restarts past the bar on the mixes, and live it needs jobs
         # submitted on gres/shard).
         # Tune leaves a new rigid job on the placement's node unless its wish fits only
         # elsewhere: its best fit otherwise swapped new jobs between the GPUs the placement had
